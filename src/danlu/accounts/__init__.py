@@ -1,0 +1,1 @@
+"""Users, API tokens and the first admin."""

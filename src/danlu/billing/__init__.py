@@ -1,0 +1,1 @@
+"""Money: the double-entry ledger, metering of allocations, prices and plans."""

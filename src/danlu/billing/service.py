@@ -1,0 +1,118 @@
+"""Billing services for the API and CLI: top-ups, credit limits, prices, balances, statements."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from danlu.accounts.service import get_user_by_name
+from danlu.billing.accounts import currency, find_transaction, topup, user_account
+from danlu.catalog.gpu_models import resolve_model
+from danlu.context import Platform
+from danlu.core.errors import Conflict, InvalidInput
+from danlu.core.money import format_minor, parse_amount
+from danlu.db.models import LedgerEntry, LedgerTransaction, Price, User
+
+
+@dataclass
+class BalanceView:
+    balance_minor: int
+    credit_limit_minor: int
+    currency: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "balance": format_minor(self.balance_minor, self.currency),
+            "credit_limit": format_minor(self.credit_limit_minor, self.currency),
+            "currency": self.currency,
+        }
+
+
+def balance(p: Platform, user: User) -> BalanceView:
+    with p.db.read() as s:
+        fresh = s.get(User, user.id)
+        assert fresh is not None
+        return BalanceView(user_account(s, user.id).balance_minor, fresh.credit_limit_minor, currency(s))
+
+
+def admin_topup(p: Platform, name: str, amount: str, key: str | None) -> tuple[BalanceView, bool]:
+    """Top up ``name`` by ``amount`` (a decimal string). With the same ``key``, a retry changes
+    nothing and reports ``created=False``. Returns the new balance and whether it was created."""
+    key = key or f"topup:{uuid.uuid4()}"
+    if len(key) > 120:
+        raise InvalidInput("invalid_idempotency_key", "idempotency keys are at most 120 characters")
+    full_key = key if key.startswith("topup:") else f"topup:{key}"
+    now = p.clock.now_ms()
+    try:
+        with p.db.write() as s:
+            user = get_user_by_name(s, name)
+            minor = parse_amount(amount, currency(s), allow_zero=False)
+            created = find_transaction(s, full_key) is None
+            topup(s, user, minor, full_key, now)
+            user_id = user.id
+    except Conflict:  # lost a race with the same key: the other request recorded it
+        with p.db.read() as s:
+            user_id = get_user_by_name(s, name).id
+        created = False
+    with p.db.read() as s:
+        fresh = s.get(User, user_id)
+        assert fresh is not None
+        return BalanceView(user_account(s, user_id).balance_minor, fresh.credit_limit_minor, currency(s)), created
+
+
+def set_credit_limit(p: Platform, name: str, amount: str) -> BalanceView:
+    with p.db.write() as s:
+        user = get_user_by_name(s, name)
+        cur = currency(s)
+        user.credit_limit_minor = parse_amount(amount, cur, field="credit limit")
+        return BalanceView(user_account(s, user.id).balance_minor, user.credit_limit_minor, cur)
+
+
+def set_price(p: Platform, gpu_model: str, price_per_hour: str) -> Price:
+    """Set the on-demand price per GPU-hour. Running allocations keep the price they started at."""
+    model = resolve_model(gpu_model).name
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        cur = currency(s)
+        minor = parse_amount(price_per_hour, cur, allow_zero=False, field="price per hour")
+        price = s.get(Price, model)
+        if price is None:
+            price = Price(gpu_model=model, price_per_hour_minor=minor, currency=cur, updated_at_ms=now)
+            s.add(price)
+        else:
+            price.price_per_hour_minor, price.updated_at_ms = minor, now
+        return price
+
+
+def statement(p: Platform, user: User, limit: int = 100) -> list[dict[str, object]]:
+    """The user's ledger entries, newest first."""
+    with p.db.read() as s:
+        acct = user_account(s, user.id)
+        cur = currency(s)
+        rows = s.execute(
+            select(
+                LedgerTransaction.id,
+                LedgerTransaction.kind,
+                LedgerTransaction.memo,
+                LedgerTransaction.created_at_ms,
+                LedgerEntry.amount_minor,
+            )
+            .join(LedgerEntry, LedgerEntry.transaction_id == LedgerTransaction.id)
+            .where(LedgerEntry.account_id == acct.id)
+            .order_by(LedgerTransaction.id.desc())
+            .limit(limit)
+        ).all()
+        return [
+            {"transaction_id": r[0], "kind": r[1], "memo": r[2], "at_ms": r[3], "amount": format_minor(r[4], cur)}
+            for r in rows
+        ]
+
+
+def ledger_totals(p: Platform) -> tuple[int, int]:
+    """(sum of all entries, number of transactions): the sum is zero in a healthy ledger."""
+    with p.db.read() as s:
+        total = s.execute(select(func.coalesce(func.sum(LedgerEntry.amount_minor), 0))).scalar_one()
+        count = s.execute(select(func.count(LedgerTransaction.id))).scalar_one()
+        return int(total), int(count)

@@ -1,0 +1,1 @@
+"""Catalogs that ship inside the package (GPU models, public prices). Read offline, cached."""

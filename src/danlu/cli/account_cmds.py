@@ -1,0 +1,72 @@
+"""Renter commands about the account and the market: login, balance, ledger, offers."""
+
+from __future__ import annotations
+
+import typer
+
+from danlu.cli.client import Client, save_config
+from danlu.cli.output import JsonOpt, console, print_json, print_table
+
+
+def login(
+    url: str = typer.Option(..., "--url", prompt=True, help="Server URL, e.g. http://127.0.0.1:8000"),
+    token: str = typer.Option(..., "--token", prompt=True, hide_input=True, help="Your API token"),
+) -> None:
+    """Check a token against a server and remember both in the config file."""
+    me = Client(url, token).get("/me")
+    path = save_config(url, token)
+    console.print(f"logged in to {url} as {me['name']} (saved in {path})")
+
+
+def balance(as_json: bool = JsonOpt) -> None:
+    """Your prepaid balance."""
+    data = Client().get("/balance")
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"balance {data['balance']} {data['currency']}  (credit limit {data['credit_limit']})")
+
+
+def ledger(limit: int = typer.Option(20, "--limit"), as_json: bool = JsonOpt) -> None:
+    """Your ledger entries, newest first."""
+    rows = Client().get("/ledger", params={"limit": limit})
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(rows, [("transaction_id", "tx"), ("kind", "kind"), ("amount", "amount"), ("memo", "memo")])
+
+
+def offers(
+    gpu: str = typer.Option(None, "--gpu", help="Only this GPU model."),
+    min_vram: int = typer.Option(None, "--min-vram", help="Minimum VRAM in GB."),
+    max_price: str = typer.Option(None, "--max-price", help="Maximum price per GPU-hour."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """GPUs you can rent now, cheapest first."""
+    params = {k: v for k, v in {"gpu": gpu, "min_vram": min_vram, "max_price": max_price}.items() if v is not None}
+    rows = Client().get("/offers", params=params)
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        r["gpus"] = f"{r['free']}/{r['total']} free"
+        r["price"] = f"{r['price_per_hour']} {r['currency']}/GPU-h" if r["price_per_hour"] else "not priced yet"
+        r["kind"] = "SIMULATED" if r["simulated"] else "real"
+    print_table(
+        rows,
+        [
+            ("gpu_model", "GPU"),
+            ("vram_gb", "VRAM GB"),
+            ("gpus", "GPUs"),
+            ("max_per_host", "max/host"),
+            ("price", "price"),
+            ("kind", "kind"),
+        ],
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("login")(login)
+    app.command("balance")(balance)
+    app.command("ledger")(ledger)
+    app.command("offers")(offers)

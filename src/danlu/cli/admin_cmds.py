@@ -1,0 +1,76 @@
+"""Operator commands (``danlu admin ...``): users, top-ups, credit limits, prices."""
+
+from __future__ import annotations
+
+import uuid
+
+import typer
+
+from danlu.cli.client import Client
+from danlu.cli.output import JsonOpt, console, print_json, print_table
+
+admin_app = typer.Typer(help="Operator commands (need the admin token).", no_args_is_help=True)
+user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
+price_app = typer.Typer(help="Set prices.", no_args_is_help=True)
+admin_app.add_typer(user_app, name="user")
+admin_app.add_typer(price_app, name="price")
+
+
+@user_app.command("create")
+def user_create(name: str, as_json: bool = JsonOpt) -> None:
+    """Create a renter and print their API token (shown once)."""
+    data = Client().post("/admin/users", json={"name": name})
+    if as_json:
+        print_json({"name": data["name"], "token": data["token"]})
+    else:
+        console.print(f"user {data['name']} created; token (shown once): {data['token']}")
+
+
+@user_app.command("list")
+def user_list(as_json: bool = JsonOpt) -> None:
+    rows = Client().get("/admin/users")
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(rows, [("name", "name"), ("is_admin", "admin")])
+
+
+@admin_app.command("topup")
+def topup(
+    name: str,
+    amount: str,
+    idempotency_key: str = typer.Option(None, "--idempotency-key", help="Retry-safe key (default: random)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Add AMOUNT (e.g. 100.00) to a user's balance."""
+    key = idempotency_key or str(uuid.uuid4())
+    data = Client().post(f"/admin/users/{name}/topup", json={"amount": amount}, headers={"Idempotency-Key": key})
+    if as_json:
+        print_json(data)
+    else:
+        note = "" if data["created"] else " (already recorded with this key; nothing changed)"
+        console.print(f"{name}: balance {data['balance']} {data['currency']}{note}")
+
+
+@admin_app.command("credit-limit")
+def credit_limit(name: str, amount: str, as_json: bool = JsonOpt) -> None:
+    """Let NAME's balance go down to -AMOUNT before their instances are stopped."""
+    data = Client().put(f"/admin/users/{name}/credit-limit", json={"amount": amount})
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"{name}: credit limit {data['credit_limit']} {data['currency']}")
+
+
+@price_app.command("set")
+def price_set(model: str, price_per_hour: str, as_json: bool = JsonOpt) -> None:
+    """Set the on-demand price per GPU-hour of MODEL (running rentals keep their price)."""
+    data = Client().put(f"/admin/prices/{model}", json={"price_per_hour": price_per_hour})
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"{data['gpu_model']}: {data['price_per_hour']} {data['currency']} per GPU-hour")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(admin_app, name="admin")

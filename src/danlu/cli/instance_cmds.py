@@ -1,0 +1,126 @@
+"""Renter commands for instances: rent, ps, show, stop, start, rm, logs, events."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import typer
+
+from danlu.cli.client import Client
+from danlu.cli.output import JsonOpt, console, print_json, print_table
+
+COLUMNS = [
+    ("id", "ID"),
+    ("name", "name"),
+    ("status", "status"),
+    ("gpus", "GPUs"),
+    ("billed_seconds", "seconds"),
+    ("cost_text", "cost"),
+    ("command_text", "command"),
+]
+
+
+def _row(v: dict[str, Any]) -> dict[str, Any]:
+    sim = " (sim)" if v["simulated"] else ""
+    return {
+        **v,
+        "gpus": f"{v['gpu_count']}× {v['gpu_model']}{sim}",
+        "cost_text": f"{v['cost']} {v['currency']}",
+        "command_text": " ".join(v["command"])[:40],
+    }
+
+
+def rent(
+    command: list[str] = typer.Argument(..., help="The command to run, after --"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. A100-80GB (see `danlu offers`)."),
+    count: int = typer.Option(1, "--count", help="Number of GPUs, all on one host."),
+    name: str = typer.Option("", "--name"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Rent COUNT GPUs and run COMMAND on exactly them. Billing is per second."""
+    v = Client().post("/instances", json={"gpu_model": gpu, "gpu_count": count, "command": command, "name": name})
+    if as_json:
+        print_json(v)
+    else:
+        console.print(
+            f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {v['gpu_indices']}) "
+            f"at {v['price_per_hour']} {v['currency']}/GPU-h"
+        )
+
+
+def ps(all_: bool = typer.Option(False, "--all", help="Include destroyed instances."), as_json: bool = JsonOpt) -> None:
+    """Your instances with live cost."""
+    rows = Client().get("/instances", params={"all": all_})
+    if as_json:
+        print_json(rows)
+    else:
+        print_table([_row(v) for v in rows], COLUMNS)
+
+
+def show(instance_id: str, as_json: bool = JsonOpt) -> None:
+    """One instance with live cost and its exit code."""
+    v = Client().get(f"/instances/{instance_id}")
+    if as_json:
+        print_json(v)
+        return
+    r = _row(v)
+    for key, label in [
+        *COLUMNS,
+        ("status_reason", "reason"),
+        ("exit_code", "exit code"),
+        ("gpu_indices", "GPU indices"),
+    ]:
+        console.print(f"{label:>12}: {r.get(key)}", markup=False, highlight=False)
+
+
+def stop(instance_id: str, as_json: bool = JsonOpt) -> None:
+    """Stop: GPU billing ends now; SIGTERM, then SIGKILL after the grace period. Workspace kept."""
+    v = Client().post(f"/instances/{instance_id}/stop")
+    print_json(v) if as_json else console.print(f"{v['id']} {v['status']}; final cost {v['cost']} {v['currency']}")
+
+
+def start(instance_id: str, as_json: bool = JsonOpt) -> None:
+    """Start a stopped instance again with the same workspace (fails if no GPU is free)."""
+    v = Client().post(f"/instances/{instance_id}/start")
+    print_json(v) if as_json else console.print(f"{v['id']} {v['status']} on GPUs {v['gpu_indices']}")
+
+
+def rm(instance_id: str) -> None:
+    """Destroy an instance and delete its workspace."""
+    Client().delete(f"/instances/{instance_id}")
+    console.print(f"{instance_id} destroyed")
+
+
+def logs(instance_id: str, follow: bool = typer.Option(False, "-f", "--follow")) -> None:
+    """Print the instance's captured stdout/stderr (``-f`` follows until it stops running)."""
+    client = Client()
+    offset = 0
+    while True:
+        chunk = client.get(f"/instances/{instance_id}/logs", params={"offset": offset})
+        sys.stdout.write(chunk["text"])
+        sys.stdout.flush()
+        offset = chunk["next_offset"]
+        if not follow:
+            return
+        if not chunk["text"]:
+            status = client.get(f"/instances/{instance_id}")["status"]
+            if status not in ("pending", "running", "stopping"):
+                return
+            time.sleep(0.5)
+
+
+def events(instance_id: str, as_json: bool = JsonOpt) -> None:
+    """Every state change of an instance and why it happened."""
+    rows = Client().get(f"/instances/{instance_id}/events")
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(rows, [("at", "at"), ("from_status", "from"), ("to_status", "to"), ("reason", "reason")])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rent", context_settings={"allow_interspersed_args": False})(rent)
+    for fn in (ps, show, stop, start, rm, logs, events):
+        app.command(fn.__name__)(fn)

@@ -1,0 +1,40 @@
+"""Entry point of the ``danlu`` command. Each capability registers its commands from its own module."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="danlu",
+    help="danlu: a self-hostable GPU rental platform. Pay only for useful GPU time.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module defines ``register(app: typer.Typer) -> None``. One line per capability.
+COMMAND_MODULES = [
+    "danlu.cli.server_cmd",
+    "danlu.cli.account_cmds",
+    "danlu.cli.admin_cmds",
+    "danlu.cli.instance_cmds",
+    # -- capability command modules above this line --
+]
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Shared CLI output: a Rich table for people, ``--json`` for machines, errors on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:
+    """``columns`` is a list of (key, header). Missing keys print as empty cells."""
+    table = Table(title=title)
+    for _, header in columns:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*("" if row.get(k) is None else str(row.get(k)) for k, _ in columns))
+    console.print(table)
+
+
+def fail(message: str, code: str | None = None, exit_code: int = 1) -> NoReturn:
+    prefix = f"error [{code}]: " if code else "error: "
+    err_console.print(prefix + message, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(exit_code)

@@ -1,0 +1,1 @@
+"""Compute: GPU discovery, the instance lifecycle, and the local process executor."""

@@ -1,0 +1,345 @@
+"""Instance service: rent, stop, start, destroy. Each public function opens its own transaction,
+calls the pure rules (lifecycle, rating) and writes the result; process work happens outside the
+transaction so a slow fork never holds a database lock.
+
+Billing invariants kept here: GPU billing of an allocation ends the moment a stop is requested
+(or the command ends, or the instance is destroyed); it is posted to the ledger by the meter in
+the same transaction, so the user sees the final cost at once.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import signal
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from danlu.billing.accounts import currency, user_account
+from danlu.billing.metering import meter_user, unbilled_minor
+from danlu.billing.rating import billable_seconds, cumulative_cost
+from danlu.catalog.gpu_models import resolve_model
+from danlu.compute import allocations
+from danlu.compute.executor import LaunchSpec, ProcessRef
+from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
+from danlu.context import Platform
+from danlu.core.errors import InsufficientFunds, InvalidInput, NotFound
+from danlu.core.money import format_minor
+from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
+
+MAX_COMMAND_ARGS = 256
+
+
+@dataclass
+class InstanceView:
+    """What the API and CLI show about an instance, with live cost."""
+
+    id: str
+    name: str
+    status: str
+    status_reason: str
+    gpu_model: str
+    gpu_count: int
+    gpu_indices: list[int]
+    simulated: bool
+    command: list[str]
+    exit_code: int | None
+    billed_seconds: int
+    cost_minor: int
+    price_per_hour_minor: int | None
+    currency: str
+    created_at_ms: int
+
+
+def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms: int, action: str) -> None:
+    """The one place an instance changes state; records an event with the reason."""
+    current = Status(inst.status)
+    check_transition(current, to, action)
+    session.add(
+        InstanceEvent(instance_id=inst.id, from_status=current.value, to_status=to.value, reason=reason, at_ms=now_ms)
+    )
+    inst.status = to.value
+    inst.status_reason = reason
+    inst.updated_at_ms = now_ms
+
+
+def get_owned(session: Session, user: User, instance_id: str) -> Instance:
+    inst = session.get(Instance, instance_id)
+    if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED:
+        # Another tenant's instance is indistinguishable from a missing one.
+        raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
+    return inst
+
+
+def _validate_command(command: list[str]) -> list[str]:
+    if not command or not all(isinstance(c, str) for c in command) or not command[0].strip():
+        raise InvalidInput(
+            "invalid_command", "give the command to run after `--`, e.g. danlu rent --gpu T4 -- python train.py"
+        )
+    if len(command) > MAX_COMMAND_ARGS or any("\x00" in c for c in command):
+        raise InvalidInput("invalid_command", f"a command has at most {MAX_COMMAND_ARGS} arguments and no NUL bytes")
+    return command
+
+
+def _open_allocation(p: Platform, session: Session, inst: Instance, user: User, now_ms: int) -> Allocation:
+    """Claim GPUs for ``inst`` at the current price, after checking the balance covers a minute."""
+    price = session.get(Price, inst.gpu_model)
+    if price is None:
+        raise InvalidInput(
+            "no_price",
+            f"{inst.gpu_model} has no price yet; "
+            f"the operator sets one with `danlu admin price set {inst.gpu_model} PRICE`",
+        )
+    acct = user_account(session, user.id)
+    credit_limit = session.execute(select(User.credit_limit_minor).where(User.id == user.id)).scalar_one()
+    needed = cumulative_cost(price.price_per_hour_minor, inst.gpu_count, p.settings.min_prepaid_seconds)
+    if acct.balance_minor + credit_limit < max(needed, 1):
+        cur = price.currency
+        raise InsufficientFunds(
+            "insufficient_funds",
+            f"your balance {format_minor(acct.balance_minor, cur)} {cur} does not cover "
+            f"{p.settings.min_prepaid_seconds} s of {inst.gpu_count}× {inst.gpu_model} "
+            f"({format_minor(needed, cur)} {cur}); top up first",
+        )
+    alloc = Allocation(
+        instance_id=inst.id,
+        user_id=user.id,
+        host_id=None,
+        gpu_model=inst.gpu_model,
+        gpu_count=inst.gpu_count,
+        gpu_indices="",
+        price_per_hour_minor=price.price_per_hour_minor,
+        currency=price.currency,
+        started_at_ms=now_ms,
+        ended_at_ms=None,
+        billed_until_ms=now_ms,
+        billed_minor=0,
+        settled=False,
+    )
+    session.add(alloc)
+    session.flush()
+    host_id, gpus = allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id)
+    alloc.host_id = host_id
+    alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
+    inst.host_id = host_id
+    inst.current_allocation_id = alloc.id
+    return alloc
+
+
+def _launch_env(session: Session, inst: Instance, alloc: Allocation) -> dict[str, str]:
+    gpus = session.scalars(select(Gpu).where(Gpu.allocation_id == alloc.id).order_by(Gpu.idx)).all()
+    simulated = any(g.simulated for g in gpus)
+    # Real GPUs by UUID (immune to CUDA's device ordering); simulated ones by their index.
+    visible = ",".join(str(g.idx) if g.simulated else g.uuid for g in gpus)
+    return {
+        "CUDA_VISIBLE_DEVICES": visible,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "DANLU_INSTANCE_ID": inst.id,
+        "DANLU_GPU_MODEL": inst.gpu_model,
+        "DANLU_GPUS_SIMULATED": "1" if simulated else "0",
+    }
+
+
+def _launch(p: Platform, instance_id: str, env: dict[str, str], command: list[str]) -> None:
+    """Start the process (outside any transaction), then record it: pending → running."""
+    spec = LaunchSpec(command=command, workspace=p.workspaces / instance_id, run_dir=p.run_dirs / instance_id, env=env)
+    try:
+        ref: ProcessRef | None = p.executor.launch(spec)
+        error = ""
+    except OSError as exc:
+        ref, error = None, str(exc)
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        inst = s.get(Instance, instance_id)
+        assert inst is not None
+        if ref is None:
+            end_allocation(s, inst, now)
+            transition(s, inst, Status.LOST, f"could not start the process: {error}", now, "launch")
+            return
+        inst.pid, inst.proc_start_ticks, inst.last_seen_alive_ms = ref.pid, ref.start_ticks, now
+        inst.kill_after_ms = None
+        transition(s, inst, Status.RUNNING, "process started", now, "launch")
+
+
+def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:
+    """End GPU billing of the instance's current allocation at ``end_ms`` and post it."""
+    if inst.current_allocation_id is None:
+        return
+    alloc = session.get(Allocation, inst.current_allocation_id)
+    assert alloc is not None
+    if alloc.ended_at_ms is None:
+        alloc.ended_at_ms = max(alloc.billed_until_ms, end_ms)
+        session.flush()
+    if not alloc.settled:
+        meter_user(session, alloc.user_id, [alloc], max(end_ms, alloc.billed_until_ms))
+    if release:
+        allocations.release(session, alloc.id)
+        inst.current_allocation_id = None
+
+
+def rent(p: Platform, user: User, gpu_model: str, gpu_count: int, command: list[str], name: str = "") -> InstanceView:
+    """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them."""
+    model = resolve_model(gpu_model).name
+    if not isinstance(gpu_count, int) or gpu_count <= 0:
+        raise InvalidInput("invalid_gpu_count", "--count must be a whole number of GPUs, at least 1")
+    command = _validate_command(command)
+    if len(name) > 64:
+        raise InvalidInput("invalid_name", "instance names are at most 64 characters")
+    instance_id = "i-" + secrets.token_hex(5)
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        inst = Instance(
+            id=instance_id,
+            user_id=user.id,
+            name=name,
+            status=Status.PENDING.value,
+            status_reason="created",
+            gpu_model=model,
+            gpu_count=gpu_count,
+            command_json=json.dumps(command),
+            workspace=str(p.workspaces / instance_id),
+            created_at_ms=now,
+            updated_at_ms=now,
+        )
+        s.add(inst)
+        s.flush()
+        alloc = _open_allocation(p, s, inst, user, now)
+        s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
+        env = _launch_env(s, inst, alloc)
+    _launch(p, instance_id, env, command)
+    return show(p, user, instance_id)
+
+
+def start(p: Platform, user: User, instance_id: str) -> InstanceView:
+    """Run a stopped/exited/lost instance again on GPUs of the same model, same workspace.
+    Never runs on fewer GPUs: if not enough are free it fails and nothing changes."""
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        inst = get_owned(s, user, instance_id)
+        check_transition(Status(inst.status), Status.PENDING, "start")
+        alloc = _open_allocation(p, s, inst, user, now)
+        inst.exit_code = None
+        transition(s, inst, Status.PENDING, "start requested", now, "start")
+        env = _launch_env(s, inst, alloc)
+        command = json.loads(inst.command_json)
+    _launch(p, instance_id, env, command)
+    return show(p, user, instance_id)
+
+
+def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
+    """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period."""
+    with p.db.write() as s:
+        inst = get_owned(s, user, instance_id)
+        ref = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s)
+    if ref.pid:
+        p.executor.signal_group(ref, signal.SIGTERM)
+    return show(p, user, instance_id)
+
+
+def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: int) -> ProcessRef:
+    """running → stopping inside the caller's transaction; the caller sends SIGTERM after commit
+    and the control loop sends SIGKILL once ``kill_after_ms`` has passed."""
+    now = p.clock.now_ms()
+    transition(s, inst, Status.STOPPING, reason, now, "stop")
+    end_allocation(s, inst, now, release=False)  # GPUs are freed when the process is gone
+    inst.kill_after_ms = now + grace_s * 1000
+    return ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
+
+
+def destroy(p: Platform, user: User, instance_id: str) -> None:
+    """End billing, kill the process group, free the GPUs, delete the workspace."""
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        inst = get_owned(s, user, instance_id)
+        had_process = Status(inst.status) in HAS_PROCESS
+        ref = ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
+        if inst.current_allocation_id is not None:
+            end_allocation(s, inst, now)
+        transition(s, inst, Status.DESTROYED, "destroyed by user", now, "destroy")
+    if had_process and ref.pid:
+        p.executor.signal_group(ref, signal.SIGKILL)
+    shutil.rmtree(p.workspaces / instance_id, ignore_errors=True)
+    shutil.rmtree(p.run_dirs / instance_id, ignore_errors=True)
+
+
+def _simulated_models(s: Session) -> set[str]:
+    return set(s.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
+
+
+def _view(
+    s: Session, inst: Instance, allocs: list[Allocation], cur: str, now_ms: int, simulated_models: set[str]
+) -> InstanceView:
+    billed_seconds = sum(
+        billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms) for a in allocs
+    )
+    cost = sum(a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms)) for a in allocs)
+    current = next((a for a in allocs if a.id == inst.current_allocation_id), None)
+    price = s.get(Price, inst.gpu_model)
+    return InstanceView(
+        id=inst.id,
+        name=inst.name,
+        status=inst.status,
+        status_reason=inst.status_reason,
+        gpu_model=inst.gpu_model,
+        gpu_count=inst.gpu_count,
+        gpu_indices=[int(i) for i in current.gpu_indices.split(",") if i] if current else [],
+        simulated=inst.gpu_model in simulated_models,
+        command=json.loads(inst.command_json),
+        exit_code=inst.exit_code,
+        billed_seconds=billed_seconds,
+        cost_minor=cost,
+        price_per_hour_minor=current.price_per_hour_minor
+        if current
+        else (price.price_per_hour_minor if price else None),
+        currency=cur,
+        created_at_ms=inst.created_at_ms,
+    )
+
+
+def show(p: Platform, user: User, instance_id: str) -> InstanceView:
+    with p.db.read() as s:
+        inst = get_owned(s, user, instance_id)
+        allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
+        return _view(s, inst, allocs, currency(s), p.clock.now_ms(), _simulated_models(s))
+
+
+def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> list[InstanceView]:
+    with p.db.read() as s:
+        stmt = select(Instance).where(Instance.user_id == user.id).order_by(Instance.created_at_ms)
+        if not include_destroyed:
+            stmt = stmt.where(Instance.status != Status.DESTROYED.value)
+        insts = list(s.scalars(stmt))
+        by_inst: dict[str, list[Allocation]] = {}
+        if insts:
+            ids = [i.id for i in insts]
+            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(ids))):
+                by_inst.setdefault(a.instance_id, []).append(a)
+        cur, now, sim = currency(s), p.clock.now_ms(), _simulated_models(s)
+        return [_view(s, i, by_inst.get(i.id, []), cur, now, sim) for i in insts]
+
+
+def events(p: Platform, user: User, instance_id: str) -> list[InstanceEvent]:
+    with p.db.read() as s:
+        inst = get_owned(s, user, instance_id)
+        return list(
+            s.scalars(select(InstanceEvent).where(InstanceEvent.instance_id == inst.id).order_by(InstanceEvent.id))
+        )
+
+
+def read_log(p: Platform, user: User, instance_id: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+    """A chunk of the instance's captured stdout/stderr from byte ``offset``; returns (text, next)."""
+    if offset < 0:
+        raise InvalidInput("invalid_offset", "offset must be 0 or more")
+    with p.db.read() as s:
+        get_owned(s, user, instance_id)
+    path = p.run_dirs / instance_id / "output.log"
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", errors="replace"), offset + len(data)

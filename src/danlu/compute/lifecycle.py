@@ -1,0 +1,52 @@
+"""The instance state machine, pure. Every change of state goes through :func:`check_transition`
+and is recorded with a reason (danlu.compute.instances.transition)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from danlu.core.errors import Conflict
+
+
+class Status(StrEnum):
+    PENDING = "pending"  # GPUs claimed, process being launched
+    RUNNING = "running"
+    STOPPING = "stopping"  # stop requested: billing has ended, process is being terminated
+    STOPPED = "stopped"  # workspace kept, no GPUs, no GPU billing
+    EXITED = "exited"  # the command ended by itself; exit_code says how
+    LOST = "lost"  # the process vanished without an exit status
+    DESTROYED = "destroyed"
+
+
+S = Status
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.PENDING: frozenset({S.RUNNING, S.EXITED, S.LOST, S.STOPPED, S.DESTROYED}),
+    S.RUNNING: frozenset({S.STOPPING, S.EXITED, S.LOST, S.DESTROYED}),
+    S.STOPPING: frozenset({S.STOPPED, S.LOST, S.DESTROYED}),
+    S.STOPPED: frozenset({S.PENDING, S.DESTROYED}),
+    S.EXITED: frozenset({S.PENDING, S.DESTROYED}),
+    S.LOST: frozenset({S.PENDING, S.DESTROYED}),
+    S.DESTROYED: frozenset(),
+}
+
+HOLDS_GPUS = frozenset({S.PENDING, S.RUNNING, S.STOPPING})
+HAS_PROCESS = frozenset({S.PENDING, S.RUNNING, S.STOPPING})
+
+NEXT_STEP = {
+    S.RUNNING: "stop it first with `danlu stop ID`",
+    S.STOPPING: "wait until it has stopped (`danlu show ID`)",
+    S.PENDING: "wait until it is running",
+    S.DESTROYED: "it is gone; rent a new instance",
+    S.STOPPED: "start it with `danlu start ID` or remove it with `danlu rm ID`",
+    S.EXITED: "start it again with `danlu start ID` or remove it with `danlu rm ID`",
+    S.LOST: "start it again with `danlu start ID` or remove it with `danlu rm ID`",
+}
+
+
+def check_transition(current: Status, target: Status, action: str) -> None:
+    if target not in TRANSITIONS[current]:
+        raise Conflict(
+            "invalid_state",
+            f"cannot {action} an instance that is {current.value}; {NEXT_STEP.get(current, '')}".rstrip("; "),
+            status=current.value,
+        )

@@ -1,0 +1,72 @@
+"""Offers: what can be rented right now, per GPU model, with price and free/total counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy import func, select
+
+from danlu.billing.accounts import currency
+from danlu.catalog.gpu_models import gpu_models, resolve_model
+from danlu.context import Platform
+from danlu.core.errors import InvalidInput
+from danlu.core.money import parse_amount
+from danlu.db.models import Gpu, Price
+
+
+@dataclass
+class Offer:
+    gpu_model: str
+    vram_gb: int
+    free: int
+    total: int
+    max_per_host: int
+    price_per_hour_minor: int | None
+    currency: str
+    simulated: bool
+
+
+def list_offers(
+    p: Platform, gpu: str | None = None, min_vram: int | None = None, max_price: str | None = None
+) -> list[Offer]:
+    """Offers sorted by price (unpriced models last: they cannot be rented until priced)."""
+    model_filter = resolve_model(gpu).name if gpu else None
+    if min_vram is not None and min_vram < 0:
+        raise InvalidInput("invalid_min_vram", "--min-vram is a number of GB, 0 or more")
+    with p.db.read() as s:
+        cur = currency(s)
+        max_minor = parse_amount(max_price, cur, field="max price") if max_price is not None else None
+        rows = s.execute(
+            select(
+                Gpu.model,
+                Gpu.host_id,
+                func.count(),
+                func.count(Gpu.allocation_id),
+                func.max(Gpu.vram_mb),
+                func.max(Gpu.simulated),
+            )
+            .where(Gpu.present.is_(True))
+            .group_by(Gpu.model, Gpu.host_id)
+        ).all()
+        prices = {pr.gpu_model: pr.price_per_hour_minor for pr in s.scalars(select(Price))}
+    table = gpu_models()
+    agg: dict[str, Offer] = {}
+    for model, _host, total, busy, vram_mb, simulated in rows:
+        vram_gb = table[model].vram_gb if model in table else int(vram_mb) // 1024
+        o = agg.setdefault(model, Offer(model, vram_gb, 0, 0, 0, prices.get(model), cur, bool(simulated)))
+        o.free += total - busy
+        o.total += total
+        o.max_per_host = max(o.max_per_host, total)
+        o.simulated = o.simulated or bool(simulated)
+    offers = [
+        o
+        for o in agg.values()
+        if (model_filter is None or o.gpu_model == model_filter)
+        and (min_vram is None or o.vram_gb >= min_vram)
+        and (max_minor is None or (o.price_per_hour_minor is not None and o.price_per_hour_minor <= max_minor))
+    ]
+    big = Decimal(10) ** 30
+    return sorted(
+        offers, key=lambda o: (big if o.price_per_hour_minor is None else o.price_per_hour_minor, o.gpu_model)
+    )

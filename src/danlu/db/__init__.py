@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, engine/session set-up, Alembic migrations. SQLite and PostgreSQL."""

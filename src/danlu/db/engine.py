@@ -1,0 +1,99 @@
+"""Engine and session set-up for SQLite and PostgreSQL, and migrations on start.
+
+SQLite runs in WAL mode with a busy timeout. Write transactions start with ``BEGIN IMMEDIATE``
+so two writers never deadlock on a lock upgrade; reads start with a plain ``BEGIN``. PostgreSQL
+runs at READ COMMITTED; every contended write there is a conditional UPDATE with a row-count check
+(see docs/locking.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(url: str) -> Engine:
+    if is_sqlite(url):
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=40,
+            max_overflow=10,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            immediate = conn.get_execution_options().get("sqlite_immediate", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+    return create_engine(url, pool_size=40, max_overflow=10, pool_pre_ping=True)
+
+
+@dataclass
+class Database:
+    """The engine plus two session factories: ``read()`` and ``write()``."""
+
+    url: str
+    engine: Engine
+
+    def __post_init__(self) -> None:
+        write_bind = self.engine.execution_options(sqlite_immediate=True) if is_sqlite(self.url) else self.engine
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(write_bind, expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction: commits on success, rolls back on any exception."""
+        with self._write() as session, session.begin():
+            yield session
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+
+def open_database(url: str) -> Database:
+    return Database(url=url, engine=make_engine(url))
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("danlu.db").joinpath("migrations")))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def migrate(db: Database) -> None:
+    """Bring the schema to the newest revision (the server calls this on every start)."""
+    cfg = alembic_config(db.url)
+    with db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")

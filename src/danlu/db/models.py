@@ -1,0 +1,178 @@
+"""SQLAlchemy 2 models. Money is BigInteger minor units; time is BigInteger epoch milliseconds.
+
+Guards live in the schema: unique idempotency keys, unique usage intervals per allocation, and a
+GPU can point at one allocation at most. See docs/locking.md for how rows are claimed.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Setting(Base):
+    __tablename__ = "settings"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    credit_limit_minor: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Account(Base):
+    """A ledger account. ``balance_minor`` is a projection of its entries, kept in the same
+    transaction as the entries and guarded by a conditional UPDATE (never read-modify-write)."""
+
+    __tablename__ = "accounts"
+    __table_args__ = (UniqueConstraint("kind", "user_id", name="uq_accounts_kind_user"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # user | revenue | external
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    currency: Mapped[str] = mapped_column(String(3))
+    balance_minor: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class LedgerTransaction(Base):
+    __tablename__ = "ledger_transactions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # topup | usage
+    memo: Mapped[str] = mapped_column(Text, default="")
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class LedgerEntry(Base):
+    __tablename__ = "ledger_entries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    transaction_id: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.id"), index=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id"), index=True)
+    amount_minor: Mapped[int] = mapped_column(BigInteger)
+
+
+class Host(Base):
+    __tablename__ = "hosts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    is_local: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+    __table_args__ = (UniqueConstraint("host_id", "idx", name="uq_gpus_host_idx"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    idx: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str] = mapped_column(String(96), unique=True)
+    model: Mapped[str] = mapped_column(String(32), index=True)
+    nvml_name: Mapped[str] = mapped_column(String(128))
+    vram_mb: Mapped[int] = mapped_column(BigInteger)
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    present: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The allocation holding this GPU, or NULL when free. Claimed by a conditional UPDATE.
+    allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+
+
+class Price(Base):
+    __tablename__ = "prices"
+    gpu_model: Mapped[str] = mapped_column(String(32), primary_key=True)
+    price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    updated_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Instance(Base):
+    __tablename__ = "instances"
+    __table_args__ = (Index("ix_instances_user_status", "user_id", "status"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(64), default="")
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    gpu_model: Mapped[str] = mapped_column(String(32))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    command_json: Mapped[str] = mapped_column(Text)
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id"), nullable=True)
+    workspace: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    proc_start_ticks: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    current_allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    kill_after_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_seen_alive_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    updated_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class InstanceEvent(Base):
+    __tablename__ = "instance_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    from_status: Mapped[str] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Allocation(Base):
+    """GPUs bound to an instance for one interval; the unit the meter reads. The price is
+    locked when the allocation starts, so a price change never re-rates running work."""
+
+    __tablename__ = "allocations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id"), nullable=True)  # set once GPUs are claimed
+    gpu_model: Mapped[str] = mapped_column(String(32))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    gpu_indices: Mapped[str] = mapped_column(String(256))
+    price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    started_at_ms: Mapped[int] = mapped_column(BigInteger)
+    ended_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    billed_until_ms: Mapped[int] = mapped_column(BigInteger)
+    billed_minor: Mapped[int] = mapped_column(BigInteger, default=0)
+    settled: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+
+
+class UsageRecord(Base):
+    """One metered interval of one allocation. (allocation_id, start_ms) is its identity: a
+    retried or replayed meter tick collides here instead of charging twice."""
+
+    __tablename__ = "usage_records"
+    __table_args__ = (UniqueConstraint("allocation_id", "start_ms", name="uq_usage_alloc_start"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    allocation_id: Mapped[int] = mapped_column(ForeignKey("allocations.id"))
+    start_ms: Mapped[int] = mapped_column(BigInteger)
+    end_ms: Mapped[int] = mapped_column(BigInteger)
+    amount_minor: Mapped[int] = mapped_column(BigInteger)
+    transaction_id: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.id"))

@@ -1,0 +1,1 @@
+"""The control plane process: bootstrap, the background control loop, the HTTP server."""

@@ -1,0 +1,181 @@
+"""Metering and the ledger on SQLite and PostgreSQL, on a fake clock."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from danlu.accounts.service import create_user
+from danlu.billing import service as billing
+from danlu.billing.metering import meter_user, open_allocations_by_user
+from danlu.compute import instances
+from danlu.compute.reconcile import meter_all, reconcile
+from danlu.context import Platform
+from danlu.core.clock import FakeClock
+from danlu.core.errors import InsufficientFunds
+from danlu.db.models import Account, Allocation, LedgerEntry, UsageRecord, User
+from tests.fakes import RecordingExecutor
+
+
+@pytest.fixture
+def p(platform: Platform) -> Platform:
+    platform.executor = RecordingExecutor()
+    billing.set_price(platform, "A100-80GB", "36.00")  # 1 fen per GPU-second
+    billing.set_price(platform, "T4", "3.60")
+    return platform
+
+
+def renter(p: Platform, name: str, topup: str | None) -> User:
+    with p.db.write() as s:
+        user, _ = create_user(s, name, p.clock.now_ms())
+        s.expunge(user)
+    if topup:
+        billing.admin_topup(p, name, topup, key=f"seed-{name}")
+    return user
+
+
+def assert_ledger_consistent(p: Platform) -> None:
+    total, _ = billing.ledger_totals(p)
+    assert total == 0
+    with p.db.read() as s:
+        for acct in s.scalars(select(Account)):
+            entries = s.execute(
+                select(func.coalesce(func.sum(LedgerEntry.amount_minor), 0)).where(LedgerEntry.account_id == acct.id)
+            ).scalar_one()
+            assert acct.balance_minor == entries, acct.kind
+
+
+def test_per_second_billing_is_exact_across_many_ticks(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "alice", "100.00")
+    inst = instances.rent(p, user, "A100-80GB", 2, ["train"])
+    for _ in range(37):
+        fake_clock.advance(seconds=1.5)
+        meter_all(p)
+    view = instances.show(p, user, inst.id)
+    assert view.billed_seconds == 55  # 55.5 s elapsed, a started second is not billed
+    assert view.cost_minor == 2 * 55  # 36.00/h = 1 fen per GPU-second
+    assert billing.balance(p, user).balance_minor == 10_000 - 110
+    assert_ledger_consistent(p)
+
+
+def test_a_replayed_tick_never_charges_twice(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "bob", "10.00")
+    instances.rent(p, user, "T4", 1, ["x"])
+    fake_clock.advance(seconds=100)
+    with p.db.write() as s:
+        stale = open_allocations_by_user(s)[user.id]
+        for a in stale:
+            s.expunge(a)
+    meter_all(p)
+    charged = billing.balance(p, user).balance_minor
+    assert charged == 1000 - 10  # 100 s at 0.1 fen/s
+    # Replaying the same tick from the stale snapshot (a crashed loop's retry) must collide.
+    with pytest.raises(Exception), p.db.write() as s:
+        meter_user(s, user.id, [s.merge(a, load=False) for a in stale], fake_clock.now_ms())
+    assert billing.balance(p, user).balance_minor == charged
+    with p.db.read() as s:
+        assert s.execute(select(func.count(UsageRecord.id))).scalar_one() == 1
+    assert_ledger_consistent(p)
+
+
+def test_stop_ends_gpu_billing_at_the_request(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "carol", "100.00")
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    fake_clock.advance(seconds=30)
+    stopped = instances.stop(p, user, inst.id)
+    assert stopped.status == "stopping"
+    assert stopped.cost_minor == 30
+    executor = p.executor
+    assert isinstance(executor, RecordingExecutor)
+    assert executor.signals[-1][1] == signal.SIGTERM
+    fake_clock.advance(seconds=600)  # the process ignores SIGTERM for a while: not billed
+    reconcile(p)
+    meter_all(p)
+    assert instances.show(p, user, inst.id).cost_minor == 30
+    assert any(sig == signal.SIGKILL for _, sig in executor.signals)  # grace (10 s) passed
+    executor.die(executor.signals[0][0])
+    reconcile(p)
+    view = instances.show(p, user, inst.id)
+    assert view.status == "stopped" and view.cost_minor == 30 and view.gpu_indices == []
+    assert_ledger_consistent(p)
+
+
+def test_a_command_that_ends_stops_billing_when_it_ended(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "dave", "100.00")
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    start = fake_clock.now_ms()
+    fake_clock.advance(seconds=50)
+    executor = p.executor
+    assert isinstance(executor, RecordingExecutor)
+    pid = next(iter(executor.alive_pids))
+    executor.die(pid, p.run_dirs / inst.id, code=0, at_ms=start + 20_000)  # ended at 20 s
+    reconcile(p)
+    view = instances.show(p, user, inst.id)
+    assert (view.status, view.exit_code, view.billed_seconds, view.cost_minor) == ("exited", 0, 20, 20)
+
+
+def test_exhausted_balance_stops_instances_and_charges_nothing_beyond(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "erin", "1.00")  # 100 fen = 100 GPU-seconds of A100
+    a = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    b = instances.rent(p, user, "T4", 1, ["y"])  # 0.1 fen/s
+    fake_clock.advance(seconds=500)
+    report = meter_all(p)
+    assert report.exhausted_users == [user.id]
+    assert billing.balance(p, user).balance_minor == 0
+    for inst in (a, b):
+        assert instances.show(p, user, inst.id).status == "stopping"
+    fake_clock.advance(seconds=100)
+    meter_all(p)
+    assert billing.balance(p, user).balance_minor == 0  # nothing charged beyond the balance
+    total = instances.show(p, user, a.id).cost_minor + instances.show(p, user, b.id).cost_minor
+    assert total == 100
+    with pytest.raises(InsufficientFunds):
+        instances.rent(p, user, "T4", 1, ["z"])
+    assert_ledger_consistent(p)
+
+
+def test_credit_limit_lets_a_balance_go_negative_up_to_the_limit(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "fay", None)
+    with pytest.raises(InsufficientFunds):
+        instances.rent(p, user, "A100-80GB", 1, ["x"])
+    billing.set_credit_limit(p, "fay", "1.00")
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    fake_clock.advance(seconds=130)
+    meter_all(p)
+    assert billing.balance(p, user).balance_minor == -100
+    assert instances.show(p, user, inst.id).status == "stopping"
+
+
+def test_predicted_exhaustion_is_reported_for_the_loop(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "gus", "1.00")
+    instances.rent(p, user, "A100-80GB", 1, ["x"])
+    now = fake_clock.now_ms()
+    report = meter_all(p)
+    assert report.next_exhaustion_ms is not None
+    assert 100_000 <= report.next_exhaustion_ms - now <= 101_000
+
+
+def test_topup_is_idempotent_by_key(p: Platform) -> None:
+    renter(p, "hal", None)
+    first, created = billing.admin_topup(p, "hal", "5.00", "k1")
+    again, created_again = billing.admin_topup(p, "hal", "5.00", "k1")
+    assert created and not created_again
+    assert first.balance_minor == again.balance_minor == 500
+    assert_ledger_consistent(p)
+
+
+def test_unsettled_allocations_survive_a_new_platform_object(p: Platform, fake_clock: FakeClock, tmp_path: Path) -> None:
+    """A server restart is a new Platform on the same database: metering continues exactly."""
+    user = renter(p, "ivy", "10.00")
+    instances.rent(p, user, "T4", 1, ["x"])
+    fake_clock.advance(seconds=10)
+    meter_all(p)
+    p2 = Platform(db=p.db, clock=fake_clock, executor=p.executor, settings=p.settings, host_id=p.host_id)
+    fake_clock.advance(seconds=10)
+    meter_all(p2)
+    with p.db.read() as s:
+        alloc = s.scalars(select(Allocation)).one()
+        assert alloc.billed_minor == 2

@@ -1,0 +1,177 @@
+"""Shared fixtures: every database test runs on SQLite and on PostgreSQL.
+
+PostgreSQL is the server at 127.0.0.1:5432 (database ``test``, trust auth), or $DANLU_TEST_PG_URL.
+Each test gets its own schema, dropped afterwards. When no server is reachable the PostgreSQL
+variants are skipped with a message, except under CI=true, where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from danlu.api.app import create_app
+from danlu.compute.executor import LocalExecutor
+from danlu.compute.gpus import parse_simulated_spec
+from danlu.context import Platform, Settings
+from danlu.core.clock import Clock, FakeClock, SystemClock
+from danlu.db.engine import open_database
+from danlu.server.bootstrap import bootstrap
+
+PG_URL = os.environ.get("DANLU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def _pg_reachable() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_URL.replace("postgresql+psycopg", "postgresql"), connect_timeout=3):
+            return None
+    except Exception as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+_PG_PROBLEM: str | None = _pg_reachable()
+
+
+def _pg_or_skip() -> None:
+    if _PG_PROBLEM is None:
+        return
+    msg = f"PostgreSQL not reachable at {PG_URL}: {_PG_PROBLEM}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(msg + " (CI=true: PostgreSQL tests are mandatory)")
+    pytest.skip(msg + " — start PostgreSQL or set DANLU_TEST_PG_URL to run these")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'danlu.db'}"
+        return
+    _pg_or_skip()
+    import psycopg
+
+    schema = "t_" + secrets.token_hex(6)
+    raw = PG_URL.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(raw, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    sep = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    with psycopg.connect(raw, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def make_platform(
+    db_url: str, data_dir: Path, clock: Clock, spec: str = "A100-80GB:2,T4:2", **settings: object
+) -> tuple[Platform, str]:
+    """A bootstrapped platform; returns it and the admin token."""
+    db = open_database(db_url)
+    boot = bootstrap(db, data_dir, "CNY", parse_simulated_spec(spec, "local"), clock.now_ms())
+    st = Settings(data_dir=data_dir, **settings)  # type: ignore[arg-type]
+    p = Platform(db=db, clock=clock, executor=LocalExecutor(), settings=st, host_id=boot.host_id)
+    return p, boot.admin_token or (data_dir / "admin-token").read_text().strip()
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def platform(db_url: str, tmp_path: Path, fake_clock: FakeClock) -> Iterator[Platform]:
+    p, _ = make_platform(db_url, tmp_path / "data", fake_clock)
+    yield p
+    p.db.engine.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """The real app on a real port (uvicorn in a thread) with the control loop running."""
+
+    def __init__(self, platform: Platform, admin_token: str, with_loop: bool = True) -> None:
+        from danlu.server.loop import ControlLoop
+
+        self.platform = platform
+        self.admin_token = admin_token
+        self.loop = ControlLoop(platform) if with_loop else None
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(platform, self.loop), host="127.0.0.1", port=self.port, log_level="error")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+        if self.loop is not None:
+            self.loop.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.loop is not None:
+            self.loop.stop()
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url + "/api/v1", headers=headers, timeout=30)
+
+    def admin(self) -> httpx.Client:
+        return self.client(self.admin_token)
+
+    def new_user(self, name: str, topup: str | None = "100.00") -> httpx.Client:
+        with self.admin() as a:
+            r = a.post("/admin/users", json={"name": name})
+            assert r.status_code == 201, r.text
+            token = r.json()["token"]
+            if topup:
+                assert a.post(f"/admin/users/{name}/topup", json={"amount": topup}).status_code == 200
+        return self.client(token)
+
+
+@pytest.fixture
+def live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """A live server on the real clock, fast loop, short grace; prices set for both models."""
+    p, token = make_platform(
+        db_url, tmp_path / "data", SystemClock(), stop_grace_s=2, tick_interval_s=0.2, meter_interval_s=1.0
+    )
+    with LiveServer(p, token) as srv:
+        with srv.admin() as a:
+            assert a.put("/admin/prices/A100-80GB", json={"price_per_hour": "36.00"}).status_code == 200
+            assert a.put("/admin/prices/T4", json={"price_per_hour": "3.60"}).status_code == 200
+        yield srv
+    p.db.engine.dispose()
+
+
+def wait_for(predicate: object, timeout: float = 10.0, interval: float = 0.1) -> object:
+    """Poll ``predicate()`` until truthy; returns its value or fails the test."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s (last value {value!r})")
+        time.sleep(interval)
