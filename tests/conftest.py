@@ -164,7 +164,7 @@ def live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
     p.db.engine.dispose()
 
 
-def wait_for(predicate: object, timeout: float = 10.0, interval: float = 0.1) -> object:
+def wait_for(predicate: object, timeout: float = 30.0, interval: float = 0.1) -> object:
     """Poll ``predicate()`` until truthy; returns its value or fails the test."""
     assert callable(predicate)
     deadline = time.monotonic() + timeout

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
@@ -15,7 +16,7 @@ from danlu.compute import instances
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
-from danlu.core.errors import InsufficientFunds
+from danlu.core.errors import Conflict, InsufficientFunds
 from danlu.db.models import Account, Allocation, LedgerEntry, UsageRecord, User
 from tests.fakes import RecordingExecutor
 
@@ -73,9 +74,22 @@ def test_a_replayed_tick_never_charges_twice(p: Platform, fake_clock: FakeClock)
     charged = billing.balance(p, user).balance_minor
     assert charged == 1000 - 10  # 100 s at 0.1 fen/s
     # Replaying the same tick from the stale snapshot (a crashed loop's retry) must collide.
-    with pytest.raises(Exception), p.db.write() as s:
+    with pytest.raises(Conflict), p.db.write() as s:  # the ledger's idempotency key
         meter_user(s, user.id, [s.merge(a, load=False) for a in stale], fake_clock.now_ms())
     assert billing.balance(p, user).balance_minor == charged
+    # Second line of defence: the usage interval's own identity.
+    with pytest.raises(IntegrityError), p.db.write() as s:
+        rec = s.scalars(select(UsageRecord)).one()
+        s.add(
+            UsageRecord(
+                allocation_id=rec.allocation_id,
+                start_ms=rec.start_ms,
+                end_ms=rec.end_ms + 5,
+                amount_minor=1,
+                transaction_id=rec.transaction_id,
+            )
+        )
+        s.flush()
     with p.db.read() as s:
         assert s.execute(select(func.count(UsageRecord.id))).scalar_one() == 1
     assert_ledger_consistent(p)
@@ -167,7 +181,9 @@ def test_topup_is_idempotent_by_key(p: Platform) -> None:
     assert_ledger_consistent(p)
 
 
-def test_unsettled_allocations_survive_a_new_platform_object(p: Platform, fake_clock: FakeClock, tmp_path: Path) -> None:
+def test_unsettled_allocations_survive_a_new_platform_object(
+    p: Platform, fake_clock: FakeClock, tmp_path: Path
+) -> None:
     """A server restart is a new Platform on the same database: metering continues exactly."""
     user = renter(p, "ivy", "10.00")
     instances.rent(p, user, "T4", 1, ["x"])

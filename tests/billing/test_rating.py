@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,9 +26,9 @@ def test_ticks_sum_to_the_whole_interval(price: int, count: int, cuts: list[int]
     """However the meter splits an allocation into ticks, the charges add up to the cost of the
     whole interval: no rounding drift, no second billed twice."""
     marks = [0, *sorted(cuts)]
-    total = sum(charge_between(price, count, 0, a, b) for a, b in zip(marks, marks[1:], strict=False))
+    total = sum(charge_between(price, count, 0, a, b) for a, b in pairwise(marks))
     assert total == charge_between(price, count, 0, 0, marks[-1])
-    assert all(charge_between(price, count, 0, a, b) >= 0 for a, b in zip(marks, marks[1:], strict=False))
+    assert all(charge_between(price, count, 0, a, b) >= 0 for a, b in pairwise(marks))
 
 
 @given(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from danlu import __version__
+from danlu.advisor.deps import get_platform_offers
+from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
-from danlu.api.routers import account, admin, instances, offers
+from danlu.api.deps import PlatformDep, get_current_user
+from danlu.api.routers import account, admin, advice, instances, offers
+from danlu.compute.offers import list_offers
 from danlu.context import Platform
 
 API_PREFIX = "/api/v1"
@@ -21,6 +25,8 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     errors.install(app)
     for module in (offers, instances, account, admin):
         app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
+    app.dependency_overrides[get_platform_offers] = platform_offers_for_advice
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -29,3 +35,12 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
         return {"status": "ok", "version": __version__}
 
     return app
+
+
+def platform_offers_for_advice(p: PlatformDep) -> list[PlatformOffer]:
+    """This platform's priced offers, for the advisor to rank beside the public catalog."""
+    return [
+        PlatformOffer(o.gpu_model, o.price_per_hour_minor, o.currency, o.free, o.total)
+        for o in list_offers(p)
+        if o.price_per_hour_minor is not None
+    ]

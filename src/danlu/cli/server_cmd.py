@@ -8,12 +8,7 @@ from pathlib import Path
 
 import typer
 
-from danlu.compute.executor import LocalExecutor
-from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC, discover_nvml, parse_simulated_spec
-from danlu.context import Platform, Settings
-from danlu.core.clock import SystemClock
-from danlu.core.errors import DanluError
-from danlu.db.engine import open_database
+from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC
 
 
 def default_data_dir() -> Path:
@@ -40,9 +35,17 @@ def server(
     tick: float = typer.Option(1.0, "--tick", help="Seconds between process checks."),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
+    # Heavy imports (SQLAlchemy, Alembic, uvicorn) only when the server really starts, so that
+    # every other `danlu` command starts fast.
     import uvicorn
 
     from danlu.api.app import create_app
+    from danlu.compute.executor import LocalExecutor
+    from danlu.compute.gpus import discover_nvml, parse_simulated_spec
+    from danlu.context import Platform, Settings
+    from danlu.core.clock import SystemClock
+    from danlu.core.errors import DanluError
+    from danlu.db.engine import open_database
     from danlu.server.bootstrap import bootstrap
     from danlu.server.loop import ControlLoop
 

@@ -44,10 +44,10 @@ def list_offers(
                 func.count(),
                 func.count(Gpu.allocation_id),
                 func.max(Gpu.vram_mb),
-                func.max(Gpu.simulated),
+                Gpu.simulated,
             )
             .where(Gpu.present.is_(True))
-            .group_by(Gpu.model, Gpu.host_id)
+            .group_by(Gpu.model, Gpu.host_id, Gpu.simulated)
         ).all()
         prices = {pr.gpu_model: pr.price_per_hour_minor for pr in s.scalars(select(Price))}
     table = gpu_models()

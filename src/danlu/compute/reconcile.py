@@ -140,10 +140,13 @@ def meter_all(p: Platform) -> MeterReport:
             balances = {
                 uid: bal
                 for uid, bal in s.execute(
-                    select(Account.user_id, Account.balance_minor).where(Account.kind == "user", Account.user_id.in_(ids))
+                    select(Account.user_id, Account.balance_minor).where(
+                        Account.kind == "user", Account.user_id.in_(ids)
+                    )
                 )
             }
-            credit = {uid: lim for uid, lim in s.execute(select(User.id, User.credit_limit_minor).where(User.id.in_(ids)))}
+            limits = s.execute(select(User.id, User.credit_limit_minor).where(User.id.in_(ids)))
+            credit = {uid: lim for uid, lim in limits}
             for user_id, allocs in remaining.items():
                 t = exhaustion_ms(allocs, balances.get(user_id, 0), credit.get(user_id, 0), now)
                 if t is not None and (report.next_exhaustion_ms is None or t < report.next_exhaustion_ms):

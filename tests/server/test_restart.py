@@ -1,0 +1,61 @@
+"""After a restart: live processes are adopted, finished ones exit at their exit time, vanished
+ones are lost and billed up to the last moment they were seen alive. Real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from danlu.accounts.service import create_user
+from danlu.billing import service as billing
+from danlu.compute import instances
+from danlu.compute.reconcile import meter_all, reconcile
+from danlu.context import Platform
+from danlu.core.clock import SystemClock
+from danlu.db.engine import open_database
+from tests.conftest import make_platform, wait_for
+
+
+def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
+    p1, _ = make_platform(db_url, tmp_path / "data", SystemClock(), spec="T4:4")
+    billing.set_price(p1, "T4", "36.00")  # 1 fen per second
+    with p1.db.write() as s:
+        user, _ = create_user(s, "rita", 0)
+        s.expunge(user)
+    billing.admin_topup(p1, "rita", "100.00", "seed")
+    alive = instances.rent(p1, user, "T4", 1, ["sh", "-c", "echo up; exec sleep 60"])
+    exits = instances.rent(p1, user, "T4", 1, ["sh", "-c", "sleep 2; exit 5"])
+    lost = instances.rent(p1, user, "T4", 1, ["sh", "-c", "echo up; exec sleep 60"])
+    wait_for(lambda: "up" in (p1.run_dirs / lost.id / "output.log").read_text())
+    reconcile(p1)  # the server's last tick before it goes down
+    with p1.db.read() as s:
+        from danlu.db.models import Instance
+
+        inst = s.get(Instance, lost.id)
+        assert inst is not None and inst.pid and inst.last_seen_alive_ms
+        lost_pid, last_seen = inst.pid, inst.last_seen_alive_ms
+        started = s.get(Instance, lost.id).created_at_ms  # type: ignore[union-attr]
+    p1.db.engine.dispose()
+
+    # --- server is down: one process is killed from outside, one finishes by itself ---
+    os.killpg(lost_pid, signal.SIGKILL)
+    time.sleep(3.5)
+
+    db2 = open_database(db_url)
+    p2 = Platform(db=db2, clock=SystemClock(), executor=p1.executor, settings=p1.settings, host_id=p1.host_id)
+    reconcile(p2)
+    meter_all(p2)
+    a, e, lo = (instances.show(p2, user, i.id) for i in (alive, exits, lost))
+    assert a.status == "running"  # adopted, metered on
+    assert a.billed_seconds >= 3
+    assert (e.status, e.exit_code) == ("exited", 5)
+    assert e.billed_seconds == 2  # ended when the command ended, not when we noticed
+    assert lo.status == "lost" and "last seen alive" in lo.status_reason
+    assert lo.billed_seconds == (last_seen - started) // 1000  # not a second beyond
+    assert lo.cost_minor == lo.billed_seconds
+    instances.destroy(p2, user, alive.id)
+    total, _ = billing.ledger_totals(p2)
+    assert total == 0
+    db2.engine.dispose()
