@@ -1,0 +1,169 @@
+"""Accuracy of the advisor's time model against Lambda's measured training throughputs.
+
+Held-back rows: leave-one-GPU-model-out. For each GPU model in the data, the utilisation
+factors are fitted on the rows of every *other* GPU model and the held-back model's rows are
+predicted from its specs alone, which is what the advisor does for a GPU nobody has measured.
+A second, easier split (every third row of each GPU held back) is reported beside it.
+
+    python benchmarks/advisor_accuracy.py [--data ../shared/data] [--json] [--write-factors]
+
+``--write-factors`` refits on all rows and rewrites src/danlu/advisor/throughput_factors.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from danlu.advisor.calibration import Factors, Observation, fit, quantile, relative_errors
+from danlu.catalog.gpu_models import gpu_models
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO.parent / "shared" / "data"
+FACTORS_CSV = REPO / "src" / "danlu" / "advisor" / "throughput_factors.csv"
+SOURCE = "lambdal/deeplearning-benchmark @ aa5addb6a536, pytorch/*.csv"
+
+# Lambda's GPU names → the shipped GPU table. Order matters: first match wins.
+NAME_RULES: list[tuple[str, str]] = [
+    (r"H200", "H200"),
+    (r"H100.*PCIe", "H100-PCIE"),
+    (r"H100.*SXM", "H100-80GB"),
+    (r"A100.*80GB", "A100-80GB"),
+    (r"A100.*40GB", "A100-40GB"),
+    (r"RTX 4090", "RTX-4090"),
+    (r"RTX 3090", "RTX-3090"),
+    (r"\bA10\b", "A10"),
+    (r"V100", "V100"),
+]
+
+
+def map_name(name: str) -> str | None:
+    for pattern, model in NAME_RULES:
+        if re.search(pattern, name):
+            return model
+    return None  # Quadro RTX 8000, RTX 6000 Ada, RTX A6000, GH200, B200: not in the GPU table
+
+
+def _count(name: str, column: str | None) -> int:
+    if column:
+        return int(float(column))
+    m = re.search(r"(\d+)x", name.replace("_", " "))
+    return int(m.group(1)) if m else 1
+
+
+def load_lambda(data: Path) -> list[Observation]:
+    folder = data / "lambda_benchmarks"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} not found; pass --data pointing at shared/data")
+    out: list[Observation] = []
+    for path in sorted(folder.glob("pytorch-train-throughput*.csv")):
+        precision = "fp16" if path.stem.endswith("fp16") else "fp32"
+        with path.open(encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                name = row.get("name_gpu") or row.get("") or ""
+                model = map_name(name)
+                if model is None or name.endswith("_bk"):
+                    continue
+                count = _count(name, row.get("num_gpu"))
+                for workload, value in row.items():
+                    if workload in {"name_gpu", "", "num_gpu", "watt", "price"} or not value:
+                        continue
+                    tput = float(value)
+                    if tput > 0:
+                        out.append(Observation(model, count, precision, workload, tput, path.name))
+    return out
+
+
+def _summarise(errors: list[tuple[Observation, float]]) -> list[dict[str, object]]:
+    by_gpu: dict[str, list[float]] = defaultdict(list)
+    for obs, err in errors:
+        by_gpu[obs.gpu_model].append(err)
+    rows: list[dict[str, object]] = []
+    for gpu in [*sorted(by_gpu), "ALL"]:
+        errs = [e for _, e in errors] if gpu == "ALL" else by_gpu[gpu]
+        rows.append(
+            {
+                "gpu_model": gpu,
+                "rows": len(errs),
+                "median_rel_err": round(quantile(errs, 0.5), 4),
+                "p90_rel_err": round(quantile(errs, 0.9), 4),
+            }
+        )
+    return rows
+
+
+def leave_one_gpu_out(obs: list[Observation]) -> list[tuple[Observation, float]]:
+    models = gpu_models()
+    errors: list[tuple[Observation, float]] = []
+    for gpu in sorted({o.gpu_model for o in obs}):
+        train = [o for o in obs if o.gpu_model != gpu]
+        test = [o for o in obs if o.gpu_model == gpu]
+        errors += relative_errors(fit(train, models), test, models)
+    return errors
+
+
+def every_third_row(obs: list[Observation]) -> list[tuple[Observation, float]]:
+    models = gpu_models()
+    train = [o for i, o in enumerate(obs) if i % 3 != 0]
+    test = [o for i, o in enumerate(obs) if i % 3 == 0]
+    return relative_errors(fit(train, models), test, models)
+
+
+def write_factors(factors: dict[tuple[str, str], Factors], path: Path = FACTORS_CSV) -> None:
+    lines = [
+        "# Utilisation factors of the advisor's time model, fitted by benchmarks/advisor_accuracy.py",
+        f"# --write-factors on all rows of {SOURCE} (measured facts, no licence file).",
+        "# t_sample = c_matrix/matrix_TFLOPS + c_vector/fp32_TFLOPS + c_memory/mem_bw_GBps;",
+        "# scaling: per-GPU efficiency at N GPUs as N:eff pairs separated by ';' (median over GPU models).",
+        "workload,precision,c_matrix,c_vector,c_memory,scaling,rows",
+    ]
+    for (w, p), f in sorted(factors.items()):
+        lines.append(
+            f"{w},{p},{f.c_matrix:.6g},{f.c_vector:.6g},{f.c_memory:.6g},"
+            + ";".join(f"{n}:{e}" for n, e in f.scaling)
+            + f",{f.rows}"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--write-factors", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        obs = load_lambda(args.data)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logo = leave_one_gpu_out(obs)
+    report = {
+        "source": SOURCE,
+        "observations": len(obs),
+        "targets": {"median_rel_err": 0.15, "p90_rel_err": 0.35},
+        "leave_one_gpu_out": _summarise(logo),
+        "leave_one_gpu_out_single_gpu_rows": _summarise([e for e in logo if e[0].gpu_count == 1]),
+        "every_third_row": _summarise(every_third_row(obs)),
+    }
+    if args.write_factors:
+        write_factors(fit(obs, gpu_models()))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{len(obs)} measured rows from {SOURCE}; targets: median ≤ 15%, p90 ≤ 35%")
+    for split in ("leave_one_gpu_out", "leave_one_gpu_out_single_gpu_rows", "every_third_row"):
+        print(f"\n{split}:")
+        print(f"{'gpu_model':<12}{'rows':>6}{'median':>9}{'p90':>9}")
+        for r in report[split]:  # type: ignore[attr-defined]
+            print(f"{r['gpu_model']:<12}{r['rows']:>6}{r['median_rel_err']:>9.1%}{r['p90_rel_err']:>9.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Where GPU time can be bought, and how each plan prices a run: a registry of plan pricers.
+
+A *source* is one place to rent a GPU model: this platform's offer or a public catalog row. A
+*plan pricer* turns (source, GPUs, useful hours, deadline) into a quote or ``None`` when the plan
+does not exist there. New plans (packages, reserved commitments) plug in with
+:func:`register_plan`; ranking code never names a plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+
+from danlu.core.money import exponent, round_minor
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformOffer:
+    """GPUs of one model on this platform, as the lead's offer service reports them."""
+
+    gpu_model: str
+    price_per_hour_minor: int  # per GPU-hour, on demand
+    currency: str
+    free: int
+    total: int
+    interruptible_price_per_hour_minor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformPlans:
+    """Operator-configured plans beyond on-demand; ``None`` means the plan is not offered."""
+
+    offpeak_discount_pct: Decimal | None = None
+    offpeak_hours_per_day: float = 8.0
+    day_package_discount_pct: Decimal | None = None
+    week_package_discount_pct: Decimal | None = None
+    month_package_discount_pct: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    provider: str
+    region: str
+    gpu_model: str
+    gpus_per_instance: int  # 1 for this platform: GPUs rent one by one
+    rate: Decimal  # per GPU-hour, major units
+    spot_rate: Decimal | None
+    currency: str
+    as_of: date | None
+    platform: bool = False
+    available: int | None = None
+    plans: PlatformPlans = field(default_factory=PlatformPlans)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    source: Source
+    gpu_count: int
+    hours: float  # useful hours of the run
+    deadline_hours: float | None
+    preemption_overhead: float  # extra fraction of time lost to preemptions on interruptible plans
+
+
+@dataclass(frozen=True, slots=True)
+class PlanQuote:
+    plan: str
+    wall_hours: float  # hours from start to finish, including preemption losses or deferral
+    billed_gpu_hours: Decimal
+    cost_minor: int
+    note: str = ""
+
+
+PlanPricer = Callable[[PlanContext], PlanQuote | None]
+PLAN_PRICERS: dict[str, PlanPricer] = {}
+
+
+def register_plan(name: str) -> Callable[[PlanPricer], PlanPricer]:
+    def deco(fn: PlanPricer) -> PlanPricer:
+        PLAN_PRICERS[name] = fn
+        return fn
+
+    return deco
+
+
+def hours_decimal(hours: float) -> Decimal:
+    return Decimal(repr(round(hours, 6)))
+
+
+def cost_minor(rate: Decimal, gpu_hours: Decimal, currency: str) -> int:
+    return round_minor(rate * gpu_hours * (Decimal(10) ** exponent(currency)))
+
+
+def _billed_gpus(ctx: PlanContext) -> int:
+    """Clouds rent whole instances: the GPUs paid for are the instances needed × GPUs per instance."""
+    per = ctx.source.gpus_per_instance
+    return math.ceil(ctx.gpu_count / per) * per
+
+
+def _within(ctx: PlanContext, wall: float) -> bool:
+    return ctx.deadline_hours is None or wall <= ctx.deadline_hours
+
+
+@register_plan("on-demand")
+def on_demand(ctx: PlanContext) -> PlanQuote | None:
+    if not _within(ctx, ctx.hours):
+        return None
+    gh = hours_decimal(ctx.hours) * _billed_gpus(ctx)
+    return PlanQuote("on-demand", ctx.hours, gh, cost_minor(ctx.source.rate, gh, ctx.source.currency))
+
+
+@register_plan("interruptible")
+def interruptible(ctx: PlanContext) -> PlanQuote | None:
+    if ctx.source.spot_rate is None:
+        return None
+    wall = ctx.hours * (1 + ctx.preemption_overhead)
+    if not _within(ctx, wall):
+        return None
+    gh = hours_decimal(wall) * _billed_gpus(ctx)
+    note = f"+{ctx.preemption_overhead:.0%} time for preemptions (checkpoint and resume)"
+    return PlanQuote(
+        "interruptible", wall, gh, cost_minor(ctx.source.spot_rate, gh, ctx.source.currency), note
+    )
+
+
+@register_plan("off-peak")
+def off_peak(ctx: PlanContext) -> PlanQuote | None:
+    plans = ctx.source.plans
+    if plans.offpeak_discount_pct is None or plans.offpeak_hours_per_day <= 0:
+        return None
+    wall = ctx.hours * 24.0 / plans.offpeak_hours_per_day  # runs only in the off-peak window
+    if not _within(ctx, wall):
+        return None
+    gh = hours_decimal(ctx.hours) * _billed_gpus(ctx)
+    rate = ctx.source.rate * (1 - plans.offpeak_discount_pct / 100)
+    note = f"runs {plans.offpeak_hours_per_day:g} off-peak h/day at -{plans.offpeak_discount_pct}%"
+    return PlanQuote("off-peak", wall, gh, cost_minor(rate, gh, ctx.source.currency), note)
+
+
+def _package(ctx: PlanContext, name: str, period_h: int, discount: Decimal | None) -> PlanQuote | None:
+    """A package reserves the GPU for whole periods at a discount off ``period_h`` on-demand hours."""
+    if discount is None or not _within(ctx, ctx.hours):
+        return None
+    periods = max(1, math.ceil(ctx.hours / period_h - 1e-9))
+    gh = Decimal(periods * period_h * _billed_gpus(ctx))
+    rate = ctx.source.rate * (1 - discount / 100)
+    return PlanQuote(
+        name,
+        ctx.hours,
+        gh,
+        cost_minor(rate, gh, ctx.source.currency),
+        f"{periods} × {period_h} h package at -{discount}%",
+    )
+
+
+@register_plan("day-package")
+def day_package(ctx: PlanContext) -> PlanQuote | None:
+    return _package(ctx, "day-package", 24, ctx.source.plans.day_package_discount_pct)
+
+
+@register_plan("week-package")
+def week_package(ctx: PlanContext) -> PlanQuote | None:
+    return _package(ctx, "week-package", 168, ctx.source.plans.week_package_discount_pct)
+
+
+@register_plan("month-package")
+def month_package(ctx: PlanContext) -> PlanQuote | None:
+    return _package(ctx, "month-package", 720, ctx.source.plans.month_package_discount_pct)

@@ -1,0 +1,213 @@
+"""Rank every (GPU model, count, place, plan) for a workload by total cost, time beside it.
+
+Currencies are never converted: each option carries its own. Options in the *primary* currency
+(the platform's, or USD when the platform has no offers) rank first; within a currency, fitting
+options rank by cost, then time. Options that do not fit follow, with the changes that would
+make them fit; their cost is what the same run would cost if it fitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from danlu.advisor import memory
+from danlu.advisor.plans import PLAN_PRICERS, PlanContext, PlatformOffer, PlatformPlans, Source
+from danlu.advisor.timing import Measured, estimate_hours
+from danlu.advisor.workload import Workload
+from danlu.catalog.gpu_models import GpuModel, gpu_models
+from danlu.catalog.prices import PriceCatalog
+from danlu.core.errors import InvalidInput
+from danlu.core.money import exponent, format_minor
+
+PLATFORM_PROVIDER = "this platform"
+PLATFORM_COUNTS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    gpu_model: str
+    gpu_count: int
+    fits: bool
+    sharding: str
+    memory: memory.MemoryBreakdown
+    capacity_gb: float
+    hours: float  # wall-clock, plan included
+    cost_minor: int
+    currency: str
+    provider: str
+    region: str
+    plan: str
+    note: str
+    as_of: str | None
+    fixes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_model": self.gpu_model,
+            "gpu_count": self.gpu_count,
+            "fits": self.fits,
+            "memory_gb": round(self.memory.total / memory.GB, 2),
+            "capacity_gb": round(self.capacity_gb, 2),
+            "memory_breakdown_gb": self.memory.as_gb(),
+            "sharding": self.sharding,
+            "hours": round(self.hours, 2),
+            "cost": format_minor(self.cost_minor, self.currency),
+            "currency": self.currency,
+            "provider": self.provider,
+            "region": self.region,
+            "plan": self.plan,
+            "note": self.note,
+            "as_of": self.as_of,
+            "fixes": list(self.fixes),
+        }
+
+
+def platform_sources(offers: Iterable[PlatformOffer], plans: PlatformPlans) -> list[Source]:
+    out = []
+    minor = Decimal(1)
+    for o in offers:
+        scale = minor.scaleb(-exponent(o.currency))
+        spot = o.interruptible_price_per_hour_minor
+        out.append(
+            Source(
+                PLATFORM_PROVIDER,
+                "local",
+                o.gpu_model,
+                1,
+                o.price_per_hour_minor * scale,
+                spot * scale if spot is not None else None,
+                o.currency.upper(),
+                None,
+                True,
+                o.total,
+                plans,
+            )
+        )
+    return out
+
+
+def catalog_sources(catalog: PriceCatalog) -> list[Source]:
+    """Public rows with identical terms in several regions collapse into one, regions listed in ``region``."""
+    groups: dict[tuple[str, str, int, Decimal, Decimal | None, str], list[str]] = {}
+    first: dict[tuple[str, str, int, Decimal, Decimal | None, str], Source] = {}
+    for r in catalog.rows:
+        key = (r.provider, r.gpu_model, r.gpus, r.price_per_gpu_hour, r.spot_per_gpu_hour, r.currency)
+        groups.setdefault(key, []).append(r.region)
+        first.setdefault(
+            key,
+            Source(
+                r.provider,
+                r.region,
+                r.gpu_model,
+                r.gpus,
+                r.price_per_gpu_hour,
+                r.spot_per_gpu_hour,
+                r.currency,
+                r.as_of,
+            ),
+        )
+    out = []
+    for key, src in first.items():
+        regions = groups[key]
+        region = regions[0] if len(regions) == 1 else f"{regions[0]} (+{len(regions) - 1} more)"
+        out.append(
+            Source(
+                src.provider,
+                region,
+                src.gpu_model,
+                src.gpus_per_instance,
+                src.rate,
+                src.spot_rate,
+                src.currency,
+                src.as_of,
+            )
+        )
+    return out
+
+
+def _fit_config(w: Workload, gpu: GpuModel, n: int) -> tuple[Workload, bool]:
+    """With sharding "auto" pick the lightest ZeRO stage that fits (none on one GPU)."""
+    if w.sharding != "auto":
+        return w, memory.fits(w, gpu, n)
+    stages = ("ddp",) if n == 1 or not w.training else ("ddp", "zero1", "zero2", "zero3")
+    for stage in stages:
+        cand = w.with_(sharding=stage)
+        if memory.fits(cand, gpu, n):
+            return cand, True
+    return w.with_(sharding=stages[-1]), False
+
+
+def rank_options(
+    w: Workload,
+    sources: Sequence[Source],
+    *,
+    deadline_hours: float | None = None,
+    measured: Measured | None = None,
+    preemption_overhead: float = 0.10,
+    primary_currency: str | None = None,
+    only_models: Sequence[str] | None = None,
+) -> list[Option]:
+    """All priced options, sorted: primary currency first, then fitting by (cost, hours), then the rest."""
+    if deadline_hours is not None and not deadline_hours > 0:
+        raise InvalidInput("invalid_deadline", "deadline must be a positive number of hours")
+    if not 0 <= preemption_overhead <= 5:
+        raise InvalidInput("invalid_preemption_overhead", "preemption overhead is a fraction between 0 and 5")
+    models = gpu_models()
+    primary = (primary_currency or next((s.currency for s in sources if s.platform), "USD")).upper()
+    cache: dict[tuple[str, int], tuple[Workload, bool, memory.MemoryBreakdown, float, tuple[str, ...]]] = {}
+    best: dict[tuple[str, str, int, str, str], Option] = {}
+    for src in sources:
+        gpu = models.get(src.gpu_model)
+        if gpu is None or (only_models and src.gpu_model not in only_models):
+            continue
+        counts = (
+            [c for c in PLATFORM_COUNTS if c <= (src.available or 0)]
+            if src.platform
+            else [src.gpus_per_instance]
+        )
+        for n in counts:
+            key = (gpu.name, n)
+            if key not in cache:
+                cfg, ok = _fit_config(w, gpu, n)
+                fixes = () if ok else tuple(memory.fixes(cfg, gpu, n))
+                cache[key] = (cfg, ok, memory.estimate(cfg, n), estimate_hours(cfg, gpu, n, measured), fixes)
+            cfg, ok, mem, hours, fixes = cache[key]
+            for pricer in PLAN_PRICERS.values():
+                quote = pricer(PlanContext(src, n, hours, deadline_hours, preemption_overhead))
+                if quote is None:
+                    continue
+                opt = Option(
+                    gpu.name,
+                    n,
+                    ok,
+                    cfg.sharding,
+                    mem,
+                    memory.capacity_bytes(gpu) / memory.GB,
+                    quote.wall_hours,
+                    quote.cost_minor,
+                    src.currency,
+                    src.provider,
+                    src.region,
+                    quote.plan,
+                    quote.note,
+                    src.as_of.isoformat() if src.as_of else None,
+                    fixes,
+                )
+                bkey = (src.provider, gpu.name, n, quote.plan, src.currency)
+                if bkey not in best or opt.cost_minor < best[bkey].cost_minor:
+                    best[bkey] = opt
+    return sorted(
+        best.values(),
+        key=lambda o: (
+            not o.fits,
+            o.currency != primary,
+            o.currency,
+            o.cost_minor,
+            o.hours,
+            o.gpu_model,
+            o.provider,
+        ),
+    )

@@ -1,0 +1,203 @@
+"""The advisor's service functions: the one call each shell (CLI, API) makes. Pure: no I/O but the
+cached, offline price catalog; ``today`` is passed in (no wall clock below the shell)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from danlu.advisor.plan_recommender import UsageProfile, recommend_plan
+from danlu.advisor.plans import PlatformOffer, PlatformPlans, cost_minor, hours_decimal
+from danlu.advisor.ranking import Option, catalog_sources, platform_sources, rank_options
+from danlu.advisor.rent_buy import BuyInputs, BuyResult, rent_or_buy
+from danlu.advisor.timing import Measured
+from danlu.advisor.workload import Workload
+from danlu.catalog.gpu_models import resolve_model
+from danlu.catalog.prices import PriceCatalog, models_matching, price_catalog
+from danlu.core.errors import InvalidInput
+from danlu.core.money import exponent, format_minor, parse_amount
+
+CURRENCY_NOTE = (
+    "costs are never converted between currencies: each option states its currency; "
+    "the primary currency ranks first"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceResult:
+    options: list[Option]
+    primary_currency: str
+    catalog: PriceCatalog
+    catalog_age_days: int
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "primary_currency": self.primary_currency,
+            "currency_note": CURRENCY_NOTE,
+            "catalog_snapshot": self.catalog.snapshot.isoformat(),
+            "catalog_origin": self.catalog.origin,
+            "catalog_age_days": self.catalog_age_days,
+        }
+
+
+def advise(
+    workload: Workload,
+    *,
+    today: date,
+    platform_offers: Sequence[PlatformOffer] = (),
+    platform_plans: PlatformPlans | None = None,
+    include_public: bool = True,
+    deadline_hours: float | None = None,
+    measured_per_second: float | None = None,
+    measured_gpu: str | None = None,
+    measured_gpu_count: int = 1,
+    preemption_overhead: float = 0.10,
+    currency: str | None = None,
+    gpu: str | None = None,
+) -> AdviceResult:
+    """Rank every GPU model × count × place × plan for ``workload`` (see :func:`rank_options`)."""
+    catalog = price_catalog()
+    measured = None
+    if measured_per_second is not None:
+        if not measured_gpu:
+            raise InvalidInput(
+                "missing_measured_gpu", "say which GPU the throughput was measured on (--measured-on)"
+            )
+        measured = Measured(measured_per_second, resolve_model(measured_gpu), measured_gpu_count)
+    sources = platform_sources(platform_offers, platform_plans or PlatformPlans())
+    if include_public:
+        sources += catalog_sources(catalog)
+    if currency:
+        exponent(currency)
+    primary = (currency or (platform_offers[0].currency if platform_offers else "USD")).upper()
+    options = rank_options(
+        workload,
+        sources,
+        deadline_hours=deadline_hours,
+        measured=measured,
+        preemption_overhead=preemption_overhead,
+        primary_currency=primary,
+        only_models=models_matching(gpu) if gpu else None,
+    )
+    return AdviceResult(options, primary, catalog, catalog.age_days(today))
+
+
+def compare(gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False) -> list[dict[str, Any]]:
+    """Public catalog rows for ``gpu`` (a model or a family), cheapest total first.
+
+    ``price_per_hour`` is for ``count`` GPUs (whole instances: a 1-GPU need on an 8-GPU instance pays 8).
+    """
+    if not hours > 0 or count < 1:
+        raise InvalidInput("invalid_compare_input", "hours must be greater than zero and count at least 1")
+    names = set(models_matching(gpu))
+    rows = []
+    for r in price_catalog().rows:
+        if r.gpu_model not in names:
+            continue
+        rate = r.spot_per_gpu_hour if spot else r.price_per_gpu_hour
+        if rate is None:
+            continue
+        billed = -(-count // r.gpus) * r.gpus
+        per_hour = rate * billed
+        total = cost_minor(rate, hours_decimal(hours) * billed, r.currency)
+        rows.append(
+            {
+                "provider": r.provider,
+                "region": r.region,
+                "gpu_model": r.gpu_model,
+                "instance_type": r.instance_type,
+                "gpus_billed": billed,
+                "price_per_hour": str(per_hour.normalize()) if per_hour else "0",
+                "total": format_minor(total, r.currency),
+                "currency": r.currency,
+                "spot": spot,
+                "as_of": r.as_of.isoformat(),
+                "_total_minor": total,
+            }
+        )
+    rows.sort(key=lambda x: (x["currency"], x["_total_minor"], x["provider"], x["region"]))
+    for row in rows:
+        del row["_total_minor"]
+    if not rows:
+        kind = "spot" if spot else "on-demand"
+        raise InvalidInput(
+            "no_prices",
+            f"the price catalog has no {kind} prices for {gpu!r}; try another GPU"
+            + (" or drop --spot" if spot else ""),
+        )
+    return rows
+
+
+def hourly_rate_for(gpu: str, platform_offers: Sequence[PlatformOffer]) -> tuple[Decimal, str, str]:
+    """(rate per GPU-hour, currency, origin): this platform's offer, else the cheapest public on-demand."""
+    names = set(models_matching(gpu))
+    for o in platform_offers:
+        if o.gpu_model in names:
+            return Decimal(o.price_per_hour_minor).scaleb(-exponent(o.currency)), o.currency, "this platform"
+    rows = [r for r in price_catalog().rows if r.gpu_model in names and r.currency == "USD"]
+    if not rows:
+        raise InvalidInput("no_prices", f"no price known for {gpu!r}; pass --price")
+    best = min(rows, key=lambda r: r.price_per_gpu_hour)
+    return best.price_per_gpu_hour, best.currency, f"{best.provider} {best.region} (public catalog)"
+
+
+def plan_advice(
+    gpu: str,
+    profile: UsageProfile,
+    *,
+    gpus: int = 1,
+    platform_offers: Sequence[PlatformOffer] = (),
+    discounts: dict[str, Decimal] | None = None,
+    rate: Decimal | None = None,
+    currency: str = "USD",
+) -> dict[str, Any]:
+    """The plan recommendation for ``gpu`` at the given or the best known hourly rate."""
+    origin = "given"
+    if rate is None:
+        rate, currency, origin = hourly_rate_for(gpu, platform_offers)
+    rec = recommend_plan(profile, rate, currency.upper(), gpus, discounts)
+    return {**rec.to_dict(), "hourly_rate": str(rate), "rate_source": origin}
+
+
+def buy_advice(
+    gpu: str,
+    *,
+    purchase_price: str,
+    currency: str = "USD",
+    rent_rate: Decimal | None = None,
+    kwh_price: Decimal = Decimal("0.15"),
+    pue: Decimal = Decimal("1.5"),
+    years: int = 3,
+    resale_pct: Decimal = Decimal(20),
+    utilisation: Decimal = Decimal("0.5"),
+    hosting_per_month: str = "0",
+    platform_offers: Sequence[PlatformOffer] = (),
+) -> BuyResult:
+    """Rent-or-buy for one GPU of ``gpu`` at its table TDP; the rent rate defaults to the best known one."""
+    model = resolve_model(gpu)
+    currency = currency.upper()
+    if rent_rate is None:
+        rent_rate, rate_currency, _ = hourly_rate_for(model.name, platform_offers)
+        if rate_currency != currency:
+            raise InvalidInput(
+                "currency_mismatch",
+                f"the known rent rate is in {rate_currency}; "
+                f"give a rent rate in {currency} or use currency {rate_currency}",
+            )
+    return rent_or_buy(
+        BuyInputs(
+            parse_amount(purchase_price, currency, allow_zero=False, field="purchase price"),
+            currency,
+            rent_rate,
+            Decimal(model.tdp_w),
+            kwh_price,
+            pue,
+            years,
+            resale_pct,
+            utilisation,
+            parse_amount(hosting_per_month, currency, field="hosting per month"),
+        )
+    )

@@ -1,0 +1,99 @@
+"""Time model: FLOPs of the work × fitted seconds-per-FLOP of a GPU, scaled over N GPUs.
+
+Training FLOPs are 6·P per token (Kaplan et al. 2020: 2 forward + 4 backward), plus 2·P with
+activation checkpointing (one more forward); LoRA/QLoRA skip the frozen weights' gradient, 4·P.
+Inference is 2·P per token, or the time to stream the weights once per decoding step when that is
+longer (memory-bound decoding). The seconds-per-FLOP of each GPU come from the utilisation
+factors in ``throughput_factors.csv``, fitted on Lambda's measured throughputs
+(benchmarks/advisor_accuracy.py): transformers use the BERT-large factors, conv nets ResNet-50's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from danlu.advisor.calibration import Factors, features, scaling_efficiency
+from danlu.advisor.memory import WEIGHT_BYTES
+from danlu.advisor.workload import Workload
+from danlu.catalog.gpu_models import GpuModel
+from danlu.core.errors import InvalidInput
+
+# FLOPs of one Lambda benchmark sample, to turn per-sample factors into per-FLOP ones.
+REFERENCE_WORKLOADS = {
+    "transformer": ("bert_large_squad", 6 * 335e6 * 384),  # BERT-large, SQuAD sequence length 384
+    "conv": ("resnet50", 3 * 8.2e9),  # ResNet-50 at 224², 4.1 GMACs forward
+}
+
+
+@cache
+def shipped_factors() -> dict[tuple[str, str], Factors]:
+    text = resources.files("danlu.advisor").joinpath("throughput_factors.csv").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    out: dict[tuple[str, str], Factors] = {}
+    for ln in lines[1:]:
+        w, p, cm, cv, cb, scaling, rows = ln.split(",")
+        pts = tuple((int(a), float(b)) for a, b in (x.split(":") for x in scaling.split(";") if x))
+        out[(w, p)] = Factors(w, p, float(cm), float(cv), float(cb), pts, int(rows))
+    return out
+
+
+def work_flops(w: Workload) -> float:
+    """Total FLOPs of the workload (all epochs)."""
+    units = w.work_tokens()
+    if w.arch.kind == "conv":
+        per = w.arch.fwd_flops_per_sample * (w.image_size / w.arch.ref_image) ** 2
+        mult = 1.0 if not w.training else (3.0 + (1.0 if w.checkpointing else 0.0))
+        return units * per * mult
+    if not w.training:
+        return 2.0 * w.params * units
+    mult = 6.0 if w.adapter == "none" else 4.0
+    return units * w.params * (mult + (2.0 if w.checkpointing else 0.0))
+
+
+def _factors_for(w: Workload) -> Factors:
+    name, _ = REFERENCE_WORKLOADS[w.arch.kind]
+    precision = "fp32" if w.precision == "fp32" else "fp16"
+    return shipped_factors()[(name, precision)]
+
+
+def seconds_per_flop(w: Workload, gpu: GpuModel) -> float:
+    f = _factors_for(w)
+    _, ref_flops = REFERENCE_WORKLOADS[w.arch.kind]
+    fm, fv, fb = features(gpu, f.precision)
+    return (f.c_matrix * fm + f.c_vector * fv + f.c_memory * fb) / ref_flops
+
+
+def relative_speed(w: Workload, gpu: GpuModel, gpu_count: int) -> float:
+    """Work per second of ``gpu_count`` × ``gpu`` in arbitrary but consistent units."""
+    eff = scaling_efficiency(_factors_for(w).scaling, gpu_count)
+    return gpu_count * eff / seconds_per_flop(w, gpu)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A throughput the renter measured: ``per_second`` tokens (or samples) on ``gpu_count`` × ``gpu``."""
+
+    per_second: float
+    gpu: GpuModel
+    gpu_count: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.per_second > 0:
+            raise InvalidInput("invalid_measured", "measured throughput must be greater than zero")
+
+
+def estimate_hours(w: Workload, gpu: GpuModel, gpu_count: int = 1, measured: Measured | None = None) -> float:
+    """Wall-clock hours of the whole workload on ``gpu_count`` × ``gpu`` (no queueing, no preemption)."""
+    if measured is not None:
+        ref = relative_speed(w, measured.gpu, measured.gpu_count)
+        rate = measured.per_second * relative_speed(w, gpu, gpu_count) / ref
+        return w.work_tokens() / rate / 3600.0
+    seconds = work_flops(w) / relative_speed(w, gpu, gpu_count)
+    if not w.training and w.arch.kind == "transformer":
+        # decoding streams every weight once per step for a micro-batch of sequences
+        steps = w.work_tokens() / w.micro_batch
+        stream = steps * w.params * WEIGHT_BYTES[w.precision] / (gpu.mem_bw_gbps * 1e9 * gpu_count * 0.7)
+        seconds = max(seconds, stream)
+    return seconds / 3600.0

@@ -1,0 +1,324 @@
+"""``danlu advise`` (+ ``advise plan``, ``advise buy``), ``danlu compare`` and ``danlu prices``.
+
+``danlu advise`` computes locally from the bundled catalog. With ``DANLU_URL`` set it asks that server
+(``POST {DANLU_URL}/api/v1/advice``, bearer ``DANLU_TOKEN``) so this platform's offers are included; an
+unreachable server is an error, never a silent fallback. The source used is printed on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+
+from danlu.advisor import service
+from danlu.advisor.chart import svg_chart, text_chart
+from danlu.advisor.plan_recommender import UsageProfile
+from danlu.advisor.workload import build_workload
+from danlu.catalog.prices import import_catalog, price_catalog
+from danlu.cli.output import JsonOpt, err_console, fail, print_json, print_table
+from danlu.core.errors import DanluError
+
+advise_app = typer.Typer(help="Which GPU, how long, which plan, rent or buy: numbers before you spend.")
+prices_app = typer.Typer(help="The bundled public GPU price catalog: its age, and importing a newer one.")
+
+OPTION_COLUMNS = [
+    ("gpu_model", "GPU"),
+    ("gpu_count", "N"),
+    ("fits", "fits"),
+    ("memory_gb", "GB/GPU"),
+    ("hours", "hours"),
+    ("cost", "cost"),
+    ("currency", "cur"),
+    ("provider", "provider"),
+    ("region", "region"),
+    ("plan", "plan"),
+    ("fixes", "to fit"),
+]
+
+
+def _today() -> Any:
+    return datetime.now(UTC).date()
+
+
+def _source(text: str) -> None:
+    err_console.print(f"source: {text}", markup=False, highlight=False)
+
+
+def _remote(body: dict[str, Any], url: str) -> dict[str, Any]:
+    token = os.environ.get("DANLU_TOKEN", "")
+    endpoint = url.rstrip("/") + "/api/v1/advice"
+    try:
+        resp = httpx.post(endpoint, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
+    except httpx.HTTPError as exc:
+        fail(
+            f"DANLU_URL is set but {endpoint} is unreachable ({exc.__class__.__name__}); "
+            "start the server, fix DANLU_URL, or unset it to advise from the bundled catalog only",
+            "server_unreachable",
+        )
+    if resp.status_code != 200:
+        try:
+            detail = resp.json()
+        except ValueError:
+            detail = {"message": resp.text[:200]}
+        err = detail.get("error", detail) if isinstance(detail, dict) else {}
+        fail(
+            f"server answered {resp.status_code}: {err.get('message', detail)}",
+            err.get("code", "server_error"),
+        )
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+@advise_app.callback(invoke_without_command=True)
+def advise(
+    ctx: typer.Context,
+    params: float = typer.Option(None, help="Parameter count, e.g. 7e9."),
+    model: str = typer.Option(
+        None, help="Preset: llama-7b/13b/33b/65b, bert-base, bert-large, resnet50, sdxl-unet."
+    ),
+    task: str = typer.Option("finetune", help="train, finetune or inference."),
+    precision: str = typer.Option("bf16", help="fp32, bf16, fp16 (mixed); int8, int4 for inference."),
+    optimizer: str = typer.Option("adamw", help="adamw, adam, sgd, adam8bit."),
+    micro_batch: int = typer.Option(1, help="Per-GPU micro-batch."),
+    seq_len: int = typer.Option(None, help="Sequence length (default: preset's, else 2048)."),
+    image_size: int = typer.Option(None, help="Image side in pixels (conv nets)."),
+    grad_accum: int = typer.Option(1, help="Gradient accumulation steps."),
+    checkpointing: bool = typer.Option(False, "--checkpointing", help="Activation checkpointing."),
+    adapter: str = typer.Option("none", help="none, lora or qlora."),
+    lora_rank: int = typer.Option(16, help="LoRA rank."),
+    sharding: str = typer.Option("auto", help="auto, ddp, zero1, zero2, zero3, fsdp."),
+    tokens: float = typer.Option(None, help="Tokens to process (all epochs)."),
+    samples: float = typer.Option(None, help="Samples per epoch (with --epochs)."),
+    epochs: float = typer.Option(1.0, help="Epochs over --samples."),
+    deadline: float = typer.Option(None, help="Deadline in hours: slower options are dropped."),
+    measured: float = typer.Option(None, help="Your measured throughput (tokens or samples per second)."),
+    measured_on: str = typer.Option(None, help="GPU model the throughput was measured on."),
+    measured_count: int = typer.Option(1, help="GPUs used for the measurement."),
+    preemption_overhead: float = typer.Option(0.10, help="Extra time fraction on interruptible plans."),
+    gpu: str = typer.Option(None, help="Only this GPU model or family (A100)."),
+    currency: str = typer.Option(None, help="Currency that ranks first (default: platform's, else USD)."),
+    top: int = typer.Option(20, help="Rows in the table (JSON has all)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Rank GPU options for a workload by total cost, with fit, memory and time."""
+    if ctx.invoked_subcommand is not None:
+        return
+    body: dict[str, Any] = {
+        "params": params,
+        "model": model,
+        "task": task,
+        "precision": precision,
+        "optimizer": optimizer,
+        "micro_batch": micro_batch,
+        "seq_len": seq_len,
+        "image_size": image_size,
+        "grad_accum": grad_accum,
+        "checkpointing": checkpointing,
+        "adapter": adapter,
+        "lora_rank": lora_rank,
+        "sharding": sharding,
+        "tokens": tokens,
+        "samples": samples,
+        "epochs": epochs,
+    }
+    extra: dict[str, Any] = {
+        "deadline_hours": deadline,
+        "measured_per_second": measured,
+        "measured_gpu": measured_on,
+        "measured_gpu_count": measured_count,
+        "preemption_overhead": preemption_overhead,
+        "currency": currency,
+        "gpu": gpu,
+    }
+    url = os.environ.get("DANLU_URL")
+    try:
+        workload = build_workload(**body)  # validate locally first, in both modes
+        if url:
+            data = _remote({**body, **extra}, url)
+            options, meta = data.pop("options"), data
+            _source(f"server {url} ({meta.get('source')}); catalog {meta.get('catalog_snapshot')}")
+        else:
+            result = service.advise(workload, today=_today(), **extra)
+            options, meta = [o.to_dict() for o in result.options], result.meta()
+            _source(
+                f"local (bundled public catalog {meta['catalog_snapshot']}, oldest price "
+                f"{meta['catalog_age_days']} days old; no platform offers: set DANLU_URL to include them)"
+            )
+    except DanluError as exc:
+        fail(exc.message, exc.code)
+    if as_json:
+        print_json(options)
+        return
+    rows = [{**o, "fixes": "; ".join(o["fixes"][:2])} for o in options[:top]]
+    print_table(rows, OPTION_COLUMNS, title=f"advice ({len(options)} options; {meta['currency_note']})")
+
+
+@advise_app.command("plan")
+def advise_plan(
+    gpu: str = typer.Option(..., help="GPU model (price from this platform or the public catalog)."),
+    hours_per_day: float = typer.Option(..., help="Hours of use per day."),
+    days_per_week: float = typer.Option(7, help="Days of use per week."),
+    weeks: float = typer.Option(4, help="For how many weeks."),
+    predictability: float = typer.Option(1.0, help="1 = exactly as planned; 0.5 = usage may halve."),
+    gpus: int = typer.Option(1, help="GPUs rented together."),
+    price: str = typer.Option(None, help="Hourly price per GPU to use instead of the catalog's."),
+    currency: str = typer.Option("USD", help="Currency of --price."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Cheapest of hourly, day/week/month packages and reserved, with break-even points."""
+    try:
+        rate = Decimal(price) if price else None
+        out = service.plan_advice(
+            gpu,
+            UsageProfile(hours_per_day, days_per_week, weeks, predictability),
+            gpus=gpus,
+            rate=rate,
+            currency=currency,
+        )
+    except DanluError as exc:
+        fail(exc.message, exc.code)
+    except ArithmeticError:
+        fail(f"--price {price!r} is not a decimal such as 1.99", "invalid_amount")
+    if as_json:
+        print_json(out)
+        return
+    print_table(
+        out["plans"],
+        [("plan", "plan"), ("cost", f"cost ({out['currency']})"), ("note", "")],
+        title=f"{gpu} at {out['hourly_rate']} {out['currency']}/GPU-h ({out['rate_source']})",
+    )
+    for line in [f"cheapest: {out['best']}", *out["break_even"]]:
+        typer.echo(line)
+
+
+@advise_app.command("buy")
+def advise_buy(
+    gpu: str = typer.Option(..., help="GPU model to buy (power from its TDP)."),
+    purchase_price: str = typer.Option(..., help="Purchase price of one GPU (and its share of the server)."),
+    currency: str = typer.Option("USD"),
+    rent_rate: str = typer.Option(None, help="Rent price per GPU-hour (default: cheapest known)."),
+    kwh_price: str = typer.Option("0.15", help="Electricity price per kWh."),
+    pue: str = typer.Option("1.5", help="Power usage effectiveness of the room."),
+    years: int = typer.Option(3, help="Depreciation years."),
+    resale_pct: str = typer.Option("20", help="Resale value at the end, % of purchase."),
+    utilisation: str = typer.Option("0.5", help="Fraction of hours the GPU does useful work."),
+    hosting_per_month: str = typer.Option("0", help="Hosting cost per month."),
+    svg: Path = typer.Option(None, help="Also write the cumulative-cost chart as SVG here."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Total cost of owning vs renting the same useful GPU-hours; break-even utilisation; chart."""
+    try:
+        res = service.buy_advice(
+            gpu,
+            purchase_price=purchase_price,
+            currency=currency,
+            rent_rate=Decimal(rent_rate) if rent_rate else None,
+            kwh_price=Decimal(kwh_price),
+            pue=Decimal(pue),
+            years=years,
+            resale_pct=Decimal(resale_pct),
+            utilisation=Decimal(utilisation),
+            hosting_per_month=hosting_per_month,
+        )
+    except DanluError as exc:
+        fail(exc.message, exc.code)
+    except ArithmeticError:
+        fail(
+            "rates (--rent-rate, --kwh-price, --pue, --resale-pct, --utilisation) must be decimals",
+            "invalid_amount",
+        )
+    series = {"buy": res.buy_cumulative_minor, "rent": res.rent_cumulative_minor}
+    if svg is not None:
+        svg.write_text(
+            svg_chart(series, title=f"{gpu}: cumulative cost, buy vs rent", unit=res.currency),
+            encoding="utf-8",
+        )
+    out = res.to_dict()
+    if as_json:
+        print_json(out)
+        return
+    typer.echo(text_chart(series, unit=res.currency))
+    be = res.break_even_utilisation
+    typer.echo(
+        f"over {res.months} months: buy {out['total_buy']} vs rent {out['total_rent']} {res.currency}; "
+        f"cheaper: {res.cheaper}; break-even utilisation: "
+        + ("never (power alone costs more than renting)" if be is None else f"{be:.0%}")
+    )
+
+
+def compare(
+    gpu: str = typer.Option(..., help="GPU model or family, e.g. A100."),
+    count: int = typer.Option(1, help="GPUs needed."),
+    hours: float = typer.Option(1.0, help="Hours of use."),
+    spot: bool = typer.Option(False, "--spot", help="Spot/interruptible prices only."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Rank public providers for a GPU from the bundled, dated price catalog (offline)."""
+    try:
+        rows = service.compare(gpu, hours=hours, count=count, spot=spot)
+        cat = price_catalog()
+    except DanluError as exc:
+        fail(exc.message, exc.code)
+    if as_json:
+        print_json(rows)
+        return
+    print_table(
+        rows[:30],
+        [
+            ("provider", "provider"),
+            ("region", "region"),
+            ("gpu_model", "GPU"),
+            ("gpus_billed", "GPUs billed"),
+            ("price_per_hour", "per hour"),
+            ("total", "total"),
+            ("currency", "cur"),
+            ("as_of", "as of"),
+        ],
+        title=f"{gpu} × {count} for {hours:g} h ({len(rows)} offers)",
+    )
+    typer.echo(
+        f"catalog: {cat.origin}, snapshot {cat.snapshot}; oldest price {cat.age_days(_today())} days old",
+        err=True,
+    )
+
+
+@prices_app.command("info")
+def prices_info(as_json: bool = JsonOpt) -> None:
+    """Where the price catalog comes from and how old it is."""
+    cat = price_catalog()
+    info = {
+        "origin": cat.origin,
+        "snapshot": cat.snapshot.isoformat(),
+        "rows": len(cat.rows),
+        "oldest_price": min(r.as_of for r in cat.rows).isoformat(),
+        "age_days": cat.age_days(_today()),
+        "providers": sorted({r.provider for r in cat.rows}),
+        "attribution": cat.attribution,
+    }
+    if as_json:
+        print_json(info)
+        return
+    for k, v in info.items():
+        typer.echo(f"{k}: {', '.join(v) if isinstance(v, list) else v}")
+
+
+@prices_app.command("import")
+def prices_import(path: Path = typer.Argument(..., help="A CSV in the bundled catalog's format.")) -> None:
+    """Validate a newer price CSV and use it instead of the bundled snapshot."""
+    try:
+        cat = import_catalog(path)
+    except DanluError as exc:
+        fail(exc.message, exc.code)
+    typer.echo(f"imported {len(cat.rows)} rows, snapshot {cat.snapshot}, now in use from {cat.origin}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(advise_app, name="advise")
+    app.command("compare")(compare)
+    app.add_typer(prices_app, name="prices")
