@@ -70,7 +70,7 @@ def test_a_finished_command_stops_billing_and_frees_the_gpu(live: LiveServer) ->
 def test_start_never_runs_on_fewer_gpus(live: LiveServer) -> None:
     with live.new_user("carol") as c, live.new_user("dan") as d:
         iid = c.post("/instances", json={"gpu_model": "T4", "gpu_count": 2, "command": ["sleep", "60"]}).json()["id"]
-        c.post(f"/instances/{iid}/stop")
+        assert c.post(f"/instances/{iid}/stop").status_code == 200
         wait_for(lambda: status_of(c, iid) == "stopped")
         other = d.post("/instances", json={"gpu_model": "T4", "command": ["sleep", "60"]})
         assert other.status_code == 201

@@ -43,6 +43,15 @@ def user_account(session: Session, user_id: int) -> Account:
     return acct
 
 
+def lock_user_account(session: Session, user_id: int) -> int:
+    """Lock the user's account row for this transaction and return its balance. Every path that
+    bills a user takes this lock first, so per-user billing work is serialised in one order
+    (account, then allocations) on PostgreSQL; SQLite writers are serialised anyway."""
+    return session.execute(
+        select(Account.balance_minor).where(Account.kind == "user", Account.user_id == user_id).with_for_update()
+    ).scalar_one()
+
+
 def ensure_accounts(session: Session, cur: str, user_id: int | None = None) -> None:
     if user_id is None:
         for kind in SYSTEM_KINDS:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import idempotency_key, post, system_account, user_account
+from danlu.billing.accounts import idempotency_key, lock_user_account, post, system_account, user_account
 from danlu.billing.ledger import Posting
 from danlu.billing.rating import charge_between, latest_affordable_ms
 from danlu.core.errors import Conflict
-from danlu.db.models import Account, Allocation, UsageRecord, User
+from danlu.db.models import Allocation, UsageRecord, User
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,18 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
     """Bill ``allocations`` (all of one user, unsettled) up to ``now_ms``; see module docstring."""
     if not allocations:
         return MeterResult(0, False, None)
+    balance = lock_user_account(session, user_id)
+    # Re-read the allocations under the lock: a stop may have billed them since the caller loaded them.
+    allocations = list(
+        session.scalars(
+            select(Allocation)
+            .where(Allocation.id.in_([a.id for a in allocations]), Allocation.settled.is_(False))
+            .order_by(Allocation.id)
+            .execution_options(populate_existing=True)
+        )
+    )
+    if not allocations:
+        return MeterResult(0, False, None)
     targets = {a.id: _target(a, now_ms) for a in allocations}
     charges = {
         a.id: charge_between(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, a.billed_until_ms, targets[a.id])
@@ -55,8 +67,6 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
     floor = -user.credit_limit_minor
     exhausted = False
     cutoff: int | None = None
-    # Lock the account row before reading it (no-op on SQLite, whose writers are serialised).
-    balance = session.execute(select(Account.balance_minor).where(Account.id == acct.id).with_for_update()).scalar_one()
     if total > 0 and balance - total < floor:
         exhausted = True
         budget = max(0, balance - floor)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import currency, user_account
+from danlu.billing.accounts import currency, lock_user_account, user_account
 from danlu.billing.metering import meter_user, unbilled_minor
 from danlu.billing.rating import billable_seconds, cumulative_cost
 from danlu.catalog.gpu_models import resolve_model
@@ -168,7 +168,9 @@ def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bo
     """End GPU billing of the instance's current allocation at ``end_ms`` and post it."""
     if inst.current_allocation_id is None:
         return
-    alloc = session.get(Allocation, inst.current_allocation_id)
+    # Same lock order as the meter: the user's account first, then (re-read under it) the allocation.
+    lock_user_account(session, inst.user_id)
+    alloc = session.get(Allocation, inst.current_allocation_id, populate_existing=True)
     assert alloc is not None
     if alloc.ended_at_ms is None:
         alloc.ended_at_ms = max(alloc.billed_until_ms, end_ms)
