@@ -80,3 +80,25 @@ def test_start_never_runs_on_fewer_gpus(live: LiveServer) -> None:
         d.delete(f"/instances/{other.json()['id']}")
         assert c.post(f"/instances/{iid}/start").json()["gpu_indices"] == [2, 3]
         c.delete(f"/instances/{iid}")
+
+
+def test_operator_gpu_listing_marks_simulated_gpus(live: LiveServer) -> None:
+    with live.new_user("lee") as c, live.admin() as a:
+        iid = c.post("/instances", json={"gpu_model": "T4", "command": ["sleep", "30"]}).json()["id"]
+        gpus = a.get("/admin/gpus").json()
+        assert [(g["index"], g["model"], g["simulated"]) for g in gpus] == [
+            (0, "A100-80GB", True),
+            (1, "A100-80GB", True),
+            (2, "T4", True),
+            (3, "T4", True),
+        ]
+        assert [g["instance_id"] for g in gpus] == [None, None, iid, None]
+        assert c.get("/admin/gpus").status_code == 403
+        c.delete(f"/instances/{iid}")
+
+
+def test_nvml_discovery_reports_real_gpus_or_none() -> None:
+    from danlu.compute.gpus import discover_nvml
+
+    found = discover_nvml()  # None on a machine without the NVIDIA driver (like CI), never an exception
+    assert found is None or all(not g.simulated and g.uuid and g.vram_mb > 0 for g in found)

@@ -129,3 +129,15 @@ class PriceOut(BaseModel):
 
 class TopupOut(BalanceOut):
     created: bool
+
+
+class GpuOut(BaseModel):
+    host: str
+    index: int
+    uuid: str
+    model: str
+    nvml_name: str
+    vram_mb: int
+    simulated: bool
+    present: bool
+    instance_id: str | None

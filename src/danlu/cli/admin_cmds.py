@@ -62,6 +62,30 @@ def credit_limit(name: str, amount: str, as_json: bool = JsonOpt) -> None:
         console.print(f"{name}: credit limit {data['credit_limit']} {data['currency']}")
 
 
+@admin_app.command("gpus")
+def gpus(as_json: bool = JsonOpt) -> None:
+    """Every GPU, real or SIMULATED, and which instance holds it."""
+    rows = Client().get("/admin/gpus")
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        r["kind"] = "SIMULATED" if r["simulated"] else "real"
+        r["vram"] = f"{r['vram_mb'] // 1024} GB"
+    print_table(
+        rows,
+        [
+            ("host", "host"),
+            ("index", "idx"),
+            ("model", "model"),
+            ("vram", "VRAM"),
+            ("kind", "kind"),
+            ("uuid", "uuid"),
+            ("instance_id", "instance"),
+        ],
+    )
+
+
 @price_app.command("set")
 def price_set(model: str, price_per_hour: str, as_json: bool = JsonOpt) -> None:
     """Set the on-demand price per GPU-hour of MODEL (running rentals keep their price)."""

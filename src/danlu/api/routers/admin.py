@@ -7,10 +7,10 @@ from sqlalchemy import select
 
 from danlu.accounts.service import create_user
 from danlu.api.deps import AdminUser, PlatformDep
-from danlu.api.schemas import AmountIn, BalanceOut, PriceIn, PriceOut, TopupOut, UserCreate, UserOut
+from danlu.api.schemas import AmountIn, BalanceOut, GpuOut, PriceIn, PriceOut, TopupOut, UserCreate, UserOut
 from danlu.billing import service as billing
 from danlu.core.money import format_minor
-from danlu.db.models import User
+from danlu.db.models import Allocation, Gpu, Host, User
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
@@ -43,6 +43,32 @@ def topup(
 @router.put("/users/{name}/credit-limit", response_model=BalanceOut)
 def credit_limit(name: str, body: AmountIn, p: PlatformDep, _admin: AdminUser) -> BalanceOut:
     return BalanceOut(**billing.set_credit_limit(p, name, body.amount).as_dict())
+
+
+@router.get("/gpus", response_model=list[GpuOut])
+def list_gpus(p: PlatformDep, _admin: AdminUser) -> list[GpuOut]:
+    """Every GPU of every host, marked simulated or real, with the instance holding it."""
+    with p.db.read() as s:
+        rows = s.execute(
+            select(Gpu, Host.name, Allocation.instance_id)
+            .join(Host, Host.id == Gpu.host_id)
+            .outerjoin(Allocation, Allocation.id == Gpu.allocation_id)
+            .order_by(Gpu.host_id, Gpu.idx)
+        ).all()
+        return [
+            GpuOut(
+                host=host,
+                index=g.idx,
+                uuid=g.uuid,
+                model=g.model,
+                nvml_name=g.nvml_name,
+                vram_mb=g.vram_mb,
+                simulated=g.simulated,
+                present=g.present,
+                instance_id=inst,
+            )
+            for g, host, inst in rows
+        ]
 
 
 @router.put("/prices/{gpu_model}", response_model=PriceOut)

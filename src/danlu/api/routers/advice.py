@@ -108,9 +108,7 @@ def post_advice(body: AdviceRequest, offers: OffersDep, plans: PlansDep) -> Advi
         gpu=body.gpu,
     )
     source = f"server: {len(offers)} platform offer(s)" + (" + public catalog" if body.include_public else "")
-    return AdviceResponse(
-        source=source, **result.meta(), options=[OptionOut(**o.to_dict()) for o in result.options]
-    )
+    return AdviceResponse(source=source, **result.meta(), options=[OptionOut(**o.to_dict()) for o in result.options])
 
 
 class CompareRow(BaseModel):
@@ -144,9 +142,7 @@ class PlanRequest(BaseModel):
 @router.post("/advice/plan")
 def post_plan(body: PlanRequest, offers: OffersDep) -> dict[str, Any]:
     profile = UsageProfile(body.hours_per_day, body.days_per_week, body.weeks, body.predictability)
-    return service.plan_advice(
-        body.gpu, profile, gpus=body.gpus, platform_offers=offers, discounts=body.discounts_pct
-    )
+    return service.plan_advice(body.gpu, profile, gpus=body.gpus, platform_offers=offers, discounts=body.discounts_pct)
 
 
 class BuyRequest(BaseModel):
