@@ -1,0 +1,213 @@
+"""The pure scheduling core: one round, :func:`schedule` (view, policy) -> decisions.
+
+No database, no clock, no I/O. Invariants (property-tested in tests/scheduling):
+
+* a :class:`Start` never takes more GPUs than a host has free (after this round's other starts);
+* a gang starts whole on one host or not at all;
+* a start never takes a user past their GPU quota;
+* a :class:`Preempt` always carries ``notice_deadline_ms >= now + notice``.
+
+Jobs are walked in the policy's order. A job that cannot start now is "blocked"; the first
+``reservation_depth`` blocked jobs get a reservation on the host where they can start earliest,
+and later jobs may only start now if they leave those reservations intact (backfill). Jobs beyond
+the point where the cluster is full and the reservation budget is spent get no decision this
+round (they simply stay queued); every other queued job gets a :class:`Defer` with its reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from danlu.scheduling.backfill import Timeline
+from danlu.scheduling.deferral import cheaper_start, horizon_for
+from danlu.scheduling.fairshare import within_quota
+from danlu.scheduling.model import ClusterView, Decision, Defer, JobRequest, Preempt, Start
+from danlu.scheduling.placement import FreeIndex
+from danlu.scheduling.policies import Policy, any_type_index, order_key
+from danlu.scheduling.preemption import Preemptor
+
+Option = tuple[int, int, str, str]  # (start_ms, finish_ms, model, host)
+
+
+def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
+    index = FreeIndex(view.hosts)
+    timeline = Timeline(view.now_ms, index, view.running)
+    preemptor = Preemptor(view) if policy.preempt else None
+    in_use: Counter[str] = Counter()
+    for alloc in view.running:
+        in_use[alloc.user] += alloc.gpus
+    now = view.now_ms
+    decisions: list[Decision] = []
+    blocked = 0
+    free_left = sum(index.free.values())
+    for job in sorted(view.queue, key=order_key(view, policy)):
+        can_reserve = policy.backfill and blocked < policy.reservation_depth
+        if free_left == 0 and not can_reserve:
+            break  # nothing free, reservation (and preemption) budget spent: the rest stay queued
+        if not within_quota(job.user, job.gpus, in_use, view.quotas_gpus):
+            decisions.append(Defer(job.id, None, f"user {job.user} would exceed their GPU quota"))
+            continue
+        models = _allowed_models(view, job, index.models)
+        if not models:
+            decisions.append(Defer(job.id, None, "no GPU model it can run on is within its max price"))
+            continue
+        option = _choose(view, policy, job, models, timeline, can_reserve) if free_left or can_reserve else None
+        if option is not None and option[0] == now:
+            _, finish, model, host = option
+            wait_until = _deferral(view, policy, job, model, finish - now)
+            if wait_until is not None:
+                decisions.append(Defer(job.id, wait_until, "a cheaper tariff window still meets the deadline", True))
+                continue
+            decisions.append(Start(job.id, host, model, job.gpus, job.plan, finish, _start_reason(policy, blocked)))
+            index.take(host, job.gpus)
+            timeline.add_running(host, finish, job.gpus)
+            in_use[job.user] += job.gpus
+            free_left -= job.gpus
+            continue
+        if not policy.backfill:
+            decisions.append(Defer(job.id, None, "waiting at the head of the queue (first come, first served)"))
+            break
+        blocked += 1
+        if (
+            can_reserve
+            and preemptor is not None
+            and preemptor.possible(job)
+            and _preempt(view, job, models, option, index, timeline, preemptor, decisions)
+        ):
+            continue
+        if option is not None and can_reserve:
+            start, finish, _, host = option
+            timeline.reserve(host, start, finish, job.gpus)
+            decisions.append(Defer(job.id, start, "GPUs reserved at the estimated start"))
+        elif can_reserve:
+            decisions.append(Defer(job.id, None, "no host can ever hold this gang"))
+    return decisions
+
+
+def _allowed_models(view: ClusterView, job: JobRequest, models: list[str]) -> list[str]:
+    plan = job.plan
+    out = []
+    for model in models:
+        if not job.runnable_on(model) or not view.prices.has_price(model, plan):
+            continue
+        if job.max_price_minor is not None and view.prices.price(model, plan) > job.max_price_minor:
+            continue
+        out.append(model)
+    return sorted(out)
+
+
+def _choose(
+    view: ClusterView,
+    policy: Policy,
+    job: JobRequest,
+    models: list[str],
+    timeline: Timeline,
+    can_reserve: bool,
+) -> Option | None:
+    now = view.now_ms
+    if policy.choice == "any":
+        free_now = [m for m in models if timeline.startable_now(m, job.gpus, job.durations_ms[m])]
+        if free_now:
+            model = free_now[any_type_index(job.id, len(free_now))]
+            host = timeline.startable_now(model, job.gpus, job.durations_ms[model])
+            assert host is not None
+            return (now, now + job.durations_ms[model], model, host)
+        if not can_reserve:
+            return None
+        later = [_earliest(timeline, job, m) for m in models]
+        options = [o for o in later if o is not None]
+        return min(options, key=lambda o: (o[0], o[1])) if options else None
+    options = []
+    for model in models:
+        duration = job.durations_ms[model]
+        host = timeline.startable_now(model, job.gpus, duration)
+        if host is not None:
+            options.append((now, now + duration, model, host))
+        elif can_reserve:
+            option = _earliest(timeline, job, model)
+            if option is not None:
+                options.append(option)
+    if not options:
+        return None
+    plan = job.plan
+    if not can_reserve:
+        # Past the reservation budget we cannot see when better types free up, so only take a
+        # type that is (nearly) this job's best; never park a job on a far slower type blindly.
+        fastest = min(job.durations_ms[m] for m in models)
+        cheapest = min(view.prices.price(m, plan) * job.durations_ms[m] for m in models)
+        options = [
+            o
+            for o in options
+            if (policy.choice == "balanced" and job.durations_ms[o[2]] <= fastest * (1.0 + policy.time_slack))
+            or (policy.choice == "cheapest" and view.prices.price(o[2], plan) * job.durations_ms[o[2]] <= cheapest)
+        ]
+        if not options:
+            return None
+
+    def cost(option: Option) -> int:
+        return view.prices.price(option[2], plan) * job.durations_ms[option[2]]
+
+    if policy.choice == "cheapest":
+        return min(options, key=lambda o: (cost(o), o[1]))
+    best_finish = min(o[1] for o in options)
+    limit = now + (best_finish - now) * (1.0 + policy.time_slack)
+    return min((o for o in options if o[1] <= limit), key=lambda o: (cost(o), o[1]))
+
+
+def _earliest(timeline: Timeline, job: JobRequest, model: str) -> Option | None:
+    duration = job.durations_ms[model]
+    slot = timeline.earliest_on_model(model, job.gpus, duration)
+    if slot is None:
+        return None
+    return (slot[0], slot[0] + duration, model, slot[1])
+
+
+def _deferral(view: ClusterView, policy: Policy, job: JobRequest, model: str, duration: int) -> int | None:
+    if policy.defer == "never" or (policy.defer == "deadline" and job.deadline_ms is None):
+        return None
+    horizon = horizon_for(job, duration, view.now_ms, policy.defer_horizon_ms)
+    return cheaper_start(view.prices, job, model, duration, view.now_ms, horizon)
+
+
+def _preempt(
+    view: ClusterView,
+    job: JobRequest,
+    models: list[str],
+    option: Option | None,
+    index: FreeIndex,
+    timeline: Timeline,
+    preemptor: Preemptor,
+    decisions: list[Decision],
+) -> bool:
+    deadline = view.now_ms + view.notice_ms
+    if option is not None and option[0] <= deadline:
+        return False  # it will start about as soon without hurting anyone
+    if any(timeline.startable_now(m, job.gpus, job.durations_ms[m]) for m in models):
+        return False  # capacity exists now (on a type it likes less): never preempt for a preference
+    plan = preemptor.plan(job, models, index)
+    if plan is None:
+        return False
+    for victim in plan.victims:
+        decisions.append(
+            Preempt(
+                victim.job_id,
+                victim.host_id,
+                deadline,
+                job.id,
+                f"preempted with notice for {_why(victim.priority, job.priority)} job {job.id}",
+            )
+        )
+    duration = job.durations_ms[plan.gpu_model]
+    timeline.reserve(plan.host_id, plan.ready_ms, plan.ready_ms + duration, job.gpus)
+    decisions.append(Defer(job.id, plan.ready_ms, "waiting for preempted GPUs after their notice"))
+    return True
+
+
+def _start_reason(policy: Policy, blocked: int) -> str:
+    if blocked and policy.backfill:
+        return "backfilled: fits now without delaying any reserved start"
+    return f"placed by {policy.name}"
+
+
+def _why(victim_priority: int, job_priority: int) -> str:
+    return "higher-priority" if victim_priority < job_priority else "on-demand"

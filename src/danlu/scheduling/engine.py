@@ -1,0 +1,237 @@
+"""One engine, two clocks: the loop that runs the pure core and applies its decisions.
+
+Seams (the live server implements these; the simulator has :class:`~danlu.scheduling.simulator.SimExecutor`
+and :class:`VirtualClock`):
+
+* ``Clock.now_ms() -> int`` (:mod:`danlu.core.clock`).
+* :class:`Executor` — starts gangs, delivers preemption notices, hard-stops, reports exits.
+
+Each :meth:`Engine.tick` (1) collects executor exits, (2) hard-stops jobs whose notice expired,
+(3) decays fair-share usage, (4) asks :func:`~danlu.scheduling.core.schedule` for decisions and
+(5) applies them. Every ended allocation interval is rated through :func:`danlu.billing.pricing.rate`
+(once per interval; the notice period is billed at the interruptible price). ``tick`` returns the
+next instant worth waking up for, or ``None``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+from danlu.billing.pricing import Plan, PriceBook, rate
+from danlu.core.clock import Clock
+from danlu.scheduling.core import schedule
+from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS, decay
+from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
+from danlu.scheduling.policies import Policy
+
+ExitKind = Literal["succeeded", "failed", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecEvent:
+    job_id: str
+    kind: ExitKind
+    at_ms: int
+
+
+class Executor(Protocol):
+    def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int) -> None:
+        """Launch the job's gang on the host (resuming from its checkpoint if it has one)."""
+
+    def notify_preempt(self, job_id: str, notice_deadline_ms: int, now_ms: int) -> None:
+        """Deliver the notice (SIGTERM + ``DANLU_PREEMPT_DEADLINE`` file); the job may exit early."""
+
+    def stop(self, job_id: str, now_ms: int) -> None:
+        """Hard stop (the notice deadline passed). Must free the GPUs before returning."""
+
+    def poll(self, now_ms: int) -> list[ExecEvent]:
+        """Jobs that exited since the last poll."""
+
+    def next_event_ms(self) -> int | None:
+        """When the executor next expects an exit (simulator); ``None`` if unknown (live)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    job_id: str
+    user: str
+    gpu_model: str
+    plan: Plan
+    gpus: int
+    start_ms: int
+    end_ms: int
+    cost_minor: int
+
+
+@dataclass(slots=True)
+class JobState:
+    request: JobRequest  # durations_ms are for the whole job; remaining scales them
+    status: str = "queued"  # queued | running | stopping | succeeded | failed
+    remaining: float = 1.0
+    first_start_ms: int | None = None
+    end_ms: int | None = None
+    preemptions: int = 0
+    notice_ms: int | None = None
+    defer_until_ms: int | None = None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    rounds: int = 0
+    decisions: int = 0
+    cpu_s: float = 0.0
+    preemptions: int = 0
+
+
+@dataclass
+class Engine:
+    clock: Clock
+    executor: Executor
+    hosts: tuple[Host, ...]
+    prices: PriceBook
+    policy: Policy
+    quotas_gpus: Mapping[str, int] = field(default_factory=dict)
+    notice_ms: int = 60_000
+    half_life_ms: int = DEFAULT_HALF_LIFE_MS
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    running: dict[str, Allocation] = field(default_factory=dict)
+    usage_log: list[UsageRecord] = field(default_factory=list)
+    usage: dict[str, float] = field(default_factory=dict)
+    stats: EngineStats = field(default_factory=EngineStats)
+    _queue: dict[str, JobRequest] = field(default_factory=dict)
+    _free: dict[str, int] = field(default_factory=dict)
+    _last_tick_ms: int | None = None
+    _deferred: dict[str, int] = field(default_factory=dict)  # job id -> off-peak wake time
+
+    def __post_init__(self) -> None:
+        self._free = {h.id: h.free_gpus for h in self.hosts}
+        self._model = {h.id: h.gpu_model for h in self.hosts}
+
+    def submit(self, request: JobRequest) -> None:
+        self.jobs[request.id] = JobState(request)
+        self._queue[request.id] = request
+
+    def tick(self) -> int | None:
+        now = self.clock.now_ms()
+        for event in self.executor.poll(now):
+            self._ended(event.job_id, event.at_ms, event.kind)
+        for job_id, alloc in list(self.running.items()):
+            if alloc.stopping_at_ms is not None and alloc.stopping_at_ms <= now:
+                self.executor.stop(job_id, now)
+                self._ended(job_id, now, "stopped")
+        if self._last_tick_ms is not None and self.usage:
+            self.usage = decay(self.usage, now - self._last_tick_ms, self.half_life_ms)
+        self._last_tick_ms = now
+        for job_id in [j for j, until in self._deferred.items() if until <= now]:
+            del self._deferred[job_id]
+        deferred = self._deferred
+        queue = tuple(r for r in self._queue.values() if r.id not in deferred)
+        if queue:
+            self._round(now, queue)
+        return self._next_wake(now)
+
+    def _round(self, now: int, queue: tuple[JobRequest, ...]) -> None:
+        view = ClusterView(
+            now_ms=now,
+            hosts=tuple(replace(h, free_gpus=self._free[h.id]) for h in self.hosts),
+            queue=queue,
+            running=tuple(self.running.values()),
+            prices=self.prices,
+            quotas_gpus=self.quotas_gpus,
+            usage=self.usage,
+            notice_ms=self.notice_ms,
+        )
+        began = time.process_time()
+        decisions = schedule(view, self.policy)
+        self.stats.cpu_s += time.process_time() - began
+        self.stats.rounds += 1
+        for decision in decisions:
+            if isinstance(decision, Start):
+                self._start(decision, now)
+            elif isinstance(decision, Preempt):
+                self._preempt(decision, now)
+            elif isinstance(decision, Defer) and decision.off_peak and decision.until_ms is not None:
+                self.jobs[decision.job_id].defer_until_ms = decision.until_ms
+                self._deferred[decision.job_id] = decision.until_ms
+
+    def _start(self, d: Start, now: int) -> None:
+        state = self.jobs[d.job_id]
+        if self._free[d.host_id] < d.gpus:
+            raise RuntimeError(f"core over-allocated host {d.host_id}")  # an invariant, not a user error
+        self._free[d.host_id] -= d.gpus
+        del self._queue[d.job_id]
+        req = state.request
+        self.running[d.job_id] = Allocation(
+            d.job_id,
+            req.user,
+            d.host_id,
+            d.gpu_model,
+            d.gpus,
+            now,
+            d.est_end_ms,
+            req.priority,
+            req.interruptible,
+        )
+        state.status = "running"
+        state.defer_until_ms = None
+        if state.first_start_ms is None:
+            state.first_start_ms = now
+        self.stats.decisions += 1
+        self.executor.start(d.job_id, d.host_id, d.gpu_model, d.gpus, now)
+
+    def _preempt(self, d: Preempt, now: int) -> None:
+        alloc = self.running[d.job_id]
+        self.running[d.job_id] = replace(alloc, stopping_at_ms=d.notice_deadline_ms)
+        state = self.jobs[d.job_id]
+        state.status, state.notice_ms = "stopping", now
+        state.preemptions += 1
+        self.stats.preemptions += 1
+        self.stats.decisions += 1
+        self.executor.notify_preempt(d.job_id, d.notice_deadline_ms, now)
+
+    def _ended(self, job_id: str, at_ms: int, kind: ExitKind) -> None:
+        alloc = self.running.pop(job_id, None)
+        if alloc is None:
+            return
+        state = self.jobs[job_id]
+        self._free[alloc.host_id] += alloc.gpus
+        plan = state.request.plan
+        notice_from = state.notice_ms if state.notice_ms is not None else at_ms
+        self._bill(state, alloc, plan, alloc.start_ms, min(notice_from, at_ms))
+        self._bill(state, alloc, Plan.INTERRUPTIBLE, min(notice_from, at_ms), at_ms)
+        self.usage[alloc.user] = self.usage.get(alloc.user, 0.0) + alloc.gpus * (at_ms - alloc.start_ms) / 3_600_000
+        full = state.request.durations_ms.get(alloc.gpu_model, 0)
+        done = (at_ms - alloc.start_ms) / full if full else 0.0
+        state.remaining = max(0.0, state.remaining - done)
+        state.notice_ms = None
+        if kind == "stopped" and state.remaining > 1e-9:
+            state.status = "queued"
+            self._queue[job_id] = replace(
+                state.request,
+                durations_ms={m: max(1, round(d * state.remaining)) for m, d in state.request.durations_ms.items()},
+            )
+        else:
+            state.status = "failed" if kind == "failed" else "succeeded"
+            state.end_ms = at_ms
+
+    def _bill(self, state: JobState, alloc: Allocation, plan: Plan, start: int, end: int) -> None:
+        if end <= start:
+            return
+        if not self.prices.has_price(alloc.gpu_model, plan):
+            plan = state.request.plan
+        cost = rate(self.prices, alloc.gpu_model, plan, start, end, alloc.gpus).total_minor
+        self.usage_log.append(
+            UsageRecord(alloc.job_id, alloc.user, alloc.gpu_model, plan, alloc.gpus, start, end, cost)
+        )
+
+    def _next_wake(self, now: int) -> int | None:
+        times = [t for t in (self.executor.next_event_ms(),) if t is not None]
+        times += [a.stopping_at_ms for a in self.running.values() if a.stopping_at_ms is not None]
+        times += self._deferred.values()
+        if self._queue and not times:
+            return None
+        later = [t for t in times if t > now]
+        return min(later) if later else None

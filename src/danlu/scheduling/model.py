@@ -1,0 +1,124 @@
+"""Inputs and outputs of the pure scheduling core.
+
+The core sees one immutable :class:`ClusterView` per round and returns a list of decisions
+(:class:`Start`, :class:`Preempt`, :class:`Defer`). It holds no state between rounds except
+what the caller passes back in (fair-share usage, reservations are recomputed each round).
+Times are ``int`` epoch milliseconds on whatever clock the engine uses (virtual or real).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from danlu.billing.pricing import Plan, PriceBook
+
+PRIORITY_LOW = 0
+PRIORITY_NORMAL = 1
+PRIORITY_HIGH = 2
+PRIORITIES = {"low": PRIORITY_LOW, "normal": PRIORITY_NORMAL, "high": PRIORITY_HIGH}
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    id: str
+    gpu_model: str
+    total_gpus: int
+    free_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A queued job. ``durations_ms`` maps each GPU model the job may run on to its estimated
+    run time there *from its current progress* (a model missing or 0 = cannot run there); the
+    caller derives it from measured throughput or specs (see :mod:`danlu.scheduling.speed`)."""
+
+    id: str
+    user: str
+    gpus: int
+    submit_ms: int
+    durations_ms: Mapping[str, int]
+    priority: int = PRIORITY_NORMAL
+    interruptible: bool = False
+    max_price_minor: int | None = None  # per GPU-hour, before tariffs
+    deadline_ms: int | None = None
+    seq: int = 0  # arrival order tie-breaker
+
+    def runnable_on(self, gpu_model: str) -> bool:
+        return self.durations_ms.get(gpu_model, 0) > 0
+
+    @property
+    def plan(self) -> Plan:
+        return Plan.INTERRUPTIBLE if self.interruptible else Plan.ON_DEMAND
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """GPUs bound to a running job. ``est_end_ms`` comes from the job's duration estimate;
+    ``stopping_at_ms`` is set once a preemption notice was sent (the GPUs free by then)."""
+
+    job_id: str
+    user: str
+    host_id: str
+    gpu_model: str
+    gpus: int
+    start_ms: int
+    est_end_ms: int
+    priority: int = PRIORITY_NORMAL
+    interruptible: bool = False
+    stopping_at_ms: int | None = None
+
+    @property
+    def release_ms(self) -> int:
+        return self.stopping_at_ms if self.stopping_at_ms is not None else self.est_end_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Everything one scheduling round may look at."""
+
+    now_ms: int
+    hosts: tuple[Host, ...]
+    queue: tuple[JobRequest, ...]
+    running: tuple[Allocation, ...]
+    prices: PriceBook
+    quotas_gpus: Mapping[str, int] = field(default_factory=dict)  # user -> max concurrent GPUs
+    usage: Mapping[str, float] = field(default_factory=dict)  # user -> decayed GPU-hours
+    shares: Mapping[str, float] = field(default_factory=dict)  # user -> share weight (default 1)
+    notice_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: str
+    host_id: str
+    gpu_model: str
+    gpus: int
+    plan: Plan
+    est_end_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Ask a running job to stop: it receives notice now and must be off its GPUs by
+    ``notice_deadline_ms`` (never earlier than now + the operator's notice period)."""
+
+    job_id: str
+    host_id: str
+    notice_deadline_ms: int
+    for_job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Leave a job queued on purpose; ``until_ms`` is when it becomes worth reconsidering."""
+
+    job_id: str
+    until_ms: int | None
+    reason: str
+    off_peak: bool = False  # deferred on purpose to a cheaper tariff window: hide it until then
+
+
+Decision = Start | Preempt | Defer

@@ -1,0 +1,116 @@
+"""Policy behaviour on tiny hand-made clusters, and the engine's preempt-notice-resume loop."""
+
+from __future__ import annotations
+
+from datetime import time
+from decimal import Decimal
+
+from danlu.billing.pricing import Plan, PriceBook, Tariff
+from danlu.scheduling.core import schedule
+from danlu.scheduling.model import PRIORITY_HIGH, PRIORITY_LOW, ClusterView, Defer, Host, JobRequest, Preempt, Start
+from danlu.scheduling.policies import POLICIES
+from danlu.scheduling.simulator import SimSetup, simulate
+from danlu.scheduling.speed import ThroughputTable
+
+H = 3_600_000
+NOW = 1_767_603_600_000  # Monday 2026-01-05 09:00 UTC
+PRICES = {
+    ("K80", Plan.ON_DEMAND): 92,
+    ("V100", Plan.ON_DEMAND): 295,
+    ("K80", Plan.INTERRUPTIBLE): 14,
+    ("V100", Plan.INTERRUPTIBLE): 84,
+}
+BOOK = PriceBook("USD", PRICES)
+
+
+def job(i: int, gpus: int = 1, **kw: object) -> JobRequest:
+    base: dict[str, object] = {"durations_ms": {"K80": 4 * H, "V100": H}, "submit_ms": NOW, "user": "u", "seq": i}
+    base.update(kw)
+    return JobRequest(id=f"j{i}", gpus=gpus, **base)  # type: ignore[arg-type]
+
+
+def view(hosts: list[Host], queue: list[JobRequest], **kw: object) -> ClusterView:
+    return ClusterView(now_ms=NOW, hosts=tuple(hosts), queue=tuple(queue), running=(), prices=BOOK, **kw)  # type: ignore[arg-type]
+
+
+def starts(decisions: list[object]) -> dict[str, Start]:
+    return {d.job_id: d for d in decisions if isinstance(d, Start)}
+
+
+def test_fifo_head_of_line_blocks_and_backfill_lets_small_jobs_pass() -> None:
+    hosts = [Host("v0", "V100", 4, 2)]
+    queue = [job(0, gpus=4), job(1, gpus=1, durations_ms={"V100": H})]
+    assert starts(schedule(view(hosts, queue), POLICIES["fifo"])) == {}
+    from danlu.scheduling.model import Allocation
+
+    running = (Allocation("r", "x", "v0", "V100", 2, NOW - H, NOW + 2 * H),)
+    v = ClusterView(now_ms=NOW, hosts=tuple(hosts), queue=tuple(queue), running=running, prices=BOOK)
+    assert set(starts(schedule(v, POLICIES["backfill"]))) == {"j1"}  # ends before the 4-GPU reservation
+    long_small = job(1, gpus=1, durations_ms={"V100": 5 * H})
+    v = ClusterView(now_ms=NOW, hosts=tuple(hosts), queue=(queue[0], long_small), running=running, prices=BOOK)
+    assert starts(schedule(v, POLICIES["backfill"])) == {}  # would delay the reserved start: must wait
+
+
+def test_faster_dearer_gpu_wins_when_it_is_cheaper_per_job() -> None:
+    hosts = [Host("k0", "K80", 8, 8), Host("v0", "V100", 4, 4)]
+    # 1 h on V100 = 2.95; 4 h on K80 = 3.68: the V100 is cheaper per unit of work
+    assert starts(schedule(view(hosts, [job(0)]), POLICIES["danlu-cost"]))["j0"].gpu_model == "V100"
+    slow_on_v100 = job(0, durations_ms={"K80": 2 * H, "V100": H})  # K80 1.84 < V100 2.95
+    assert starts(schedule(view(hosts, [slow_on_v100]), POLICIES["danlu-cost"]))["j0"].gpu_model == "K80"
+
+
+def test_gang_goes_on_one_host_or_waits() -> None:
+    hosts = [Host("v0", "V100", 4, 2), Host("v1", "V100", 4, 2)]
+    for policy in POLICIES.values():
+        assert starts(schedule(view(hosts, [job(0, gpus=4, durations_ms={"V100": H})]), policy)) == {}
+
+
+def test_quota_defers_with_a_reason() -> None:
+    hosts = [Host("v0", "V100", 4, 4)]
+    decisions = schedule(view(hosts, [job(0, gpus=2), job(1, gpus=2)], quotas_gpus={"u": 3}), POLICIES["danlu"])
+    assert set(starts(decisions)) == {"j0"}
+    assert any(isinstance(d, Defer) and "quota" in d.reason for d in decisions)
+
+
+def test_high_priority_job_preempts_interruptible_work_with_notice() -> None:
+    from danlu.scheduling.model import Allocation
+
+    hosts = [Host("v0", "V100", 4, 0)]
+    running = (Allocation("spot", "x", "v0", "V100", 4, NOW - H, NOW + 10 * H, PRIORITY_LOW, interruptible=True),)
+    urgent = job(0, gpus=2, durations_ms={"V100": H}, priority=PRIORITY_HIGH)
+    v = ClusterView(now_ms=NOW, hosts=tuple(hosts), queue=(urgent,), running=running, prices=BOOK, notice_ms=90_000)
+    decisions = schedule(v, POLICIES["danlu"])
+    preempts = [d for d in decisions if isinstance(d, Preempt)]
+    assert [(p.job_id, p.notice_deadline_ms) for p in preempts] == [("spot", NOW + 90_000)]
+    assert schedule(v, POLICIES["backfill"]) and not any(
+        isinstance(d, Preempt) for d in schedule(v, POLICIES["backfill"])
+    )
+
+
+def test_deadline_aware_deferral_to_off_peak() -> None:
+    night = Tariff("night", frozenset(range(7)), time(0), time(8), Decimal("0.5"), synthetic=True)
+    book = PriceBook("USD", PRICES, (night,))
+    hosts = [Host("v0", "V100", 4, 4)]
+    relaxed = job(0, durations_ms={"V100": H}, deadline_ms=NOW + 24 * H)
+    tight = job(1, durations_ms={"V100": H}, deadline_ms=NOW + 3 * H)
+    v = ClusterView(now_ms=NOW, hosts=tuple(hosts), queue=(relaxed, tight), running=(), prices=book)
+    decisions = schedule(v, POLICIES["danlu"])
+    assert set(starts(decisions)) == {"j1"}
+    deferred = [d for d in decisions if isinstance(d, Defer) and d.off_peak]
+    assert [(d.job_id, d.until_ms) for d in deferred] == [("j0", NOW + 15 * H)]  # Tuesday 00:00 UTC
+
+
+def test_engine_preempts_with_notice_resumes_and_bills_the_notice_as_interruptible() -> None:
+    hosts = (Host("v0", "V100", 4, 4),)
+    setup = SimSetup(hosts, BOOK, NOW, ThroughputTable(), "V100")
+    spot = JobRequest("spot", "x", 4, NOW, {"V100": 10 * H}, PRIORITY_LOW, interruptible=True, seq=0)
+    vip = JobRequest("vip", "y", 4, NOW + H, {"V100": H}, PRIORITY_HIGH, seq=1)
+    engine = simulate(setup, [spot, vip], "danlu", notice_ms=60_000)
+    assert engine.jobs["spot"].status == "succeeded" and engine.jobs["vip"].status == "succeeded"
+    assert engine.jobs["spot"].preemptions == 1
+    assert engine.jobs["vip"].first_start_ms == NOW + H + 60_000  # exactly after the notice
+    spot_usage = [u for u in engine.usage_log if u.job_id == "spot"]
+    worked = sum(u.end_ms - u.start_ms for u in spot_usage)
+    assert worked == 10 * H  # resumed from its checkpoint: no work lost, none repeated
+    assert all(u.plan is Plan.INTERRUPTIBLE for u in spot_usage)
+    assert sum(u.cost_minor for u in spot_usage) == 84 * 4 * 10  # exact: whole hours
