@@ -114,10 +114,7 @@ def _nnls_relative(xs: Sequence[tuple[float, ...]], ys: Sequence[float], ws: Seq
     best: tuple[float, list[float]] | None = None
     for size in range(1, dims + 1):
         for support in combinations(range(dims), size):
-            ata = [
-                [sum(w * r[i] * r[j] for r, w in zip(rows, ws, strict=True)) for j in support]
-                for i in support
-            ]
+            ata = [[sum(w * r[i] * r[j] for r, w in zip(rows, ws, strict=True)) for j in support] for i in support]
             atb = [sum(w * r[i] for r, w in zip(rows, ws, strict=True)) for i in support]
             sol = _solve(ata, atb)
             if sol is None or any(c < 0 for c in sol):
@@ -126,8 +123,7 @@ def _nnls_relative(xs: Sequence[tuple[float, ...]], ys: Sequence[float], ws: Seq
             for i, c in zip(support, sol, strict=True):
                 coef[i] = c
             loss = sum(
-                w * (sum(c * x for c, x in zip(coef, r, strict=True)) - 1) ** 2
-                for r, w in zip(rows, ws, strict=True)
+                w * (sum(c * x for c, x in zip(coef, r, strict=True)) - 1) ** 2 for r, w in zip(rows, ws, strict=True)
             )
             if best is None or loss < best[0]:
                 best = (loss, coef)

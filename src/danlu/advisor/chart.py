@@ -9,9 +9,7 @@ MARKS = "*o+x"
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")
 
 
-def text_chart(
-    series: Mapping[str, Sequence[int]], *, width: int = 60, height: int = 14, unit: str = ""
-) -> str:
+def text_chart(series: Mapping[str, Sequence[int]], *, width: int = 60, height: int = 14, unit: str = "") -> str:
     """Plot each series (same length, values in minor units) against its index (month)."""
     n = max(len(v) for v in series.values())
     top = max(max(v) for v in series.values()) or 1
@@ -53,15 +51,12 @@ def svg_chart(
         f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + ph}" stroke="black"/>',
         f'<text x="{pad_l - 5}" y="{pad_t + 4}" text-anchor="end">{top / 100:,.0f}</text>',
         f'<text x="{pad_l - 5}" y="{pad_t + ph}" text-anchor="end">0</text>',
-        f'<text x="{pad_l + pw / 2}" y="{height - 8}" text-anchor="middle">'
-        f"month (0–{n - 1}); {escape(unit)}</text>",
+        f'<text x="{pad_l + pw / 2}" y="{height - 8}" text-anchor="middle">month (0–{n - 1}); {escape(unit)}</text>',
     ]
     for k, (name, values) in enumerate(series.items()):
         colour = COLOURS[k % len(COLOURS)]
         points = " ".join(xy(i, v) for i, v in enumerate(values))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
-        parts.append(
-            f'<text x="{pad_l + 10}" y="{pad_t + 16 + 16 * k}" fill="{colour}">{escape(name)}</text>'
-        )
+        parts.append(f'<text x="{pad_l + 10}" y="{pad_t + 16 + 16 * k}" fill="{colour}">{escape(name)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

@@ -66,8 +66,7 @@ class PlanRecommendation:
             "best": self.best,
             "currency": self.currency,
             "plans": [
-                {"plan": c.plan, "cost": format_minor(c.cost_minor, self.currency), "note": c.note}
-                for c in self.costs
+                {"plan": c.plan, "cost": format_minor(c.cost_minor, self.currency), "note": c.note} for c in self.costs
             ],
             "break_even": list(self.break_even),
         }
@@ -112,9 +111,7 @@ def recommend_plan(
     for plan, n in periods.items():
         rate = hourly_rate * (1 - disc[plan] / 100)
         gh = Decimal(n * PERIOD_HOURS[plan] * gpus)
-        costs.append(
-            PlanCost(plan, cost_minor(rate, gh, currency), f"{n} × {PERIOD_HOURS[plan]} h at -{disc[plan]}%")
-        )
+        costs.append(PlanCost(plan, cost_minor(rate, gh, currency), f"{n} × {PERIOD_HOURS[plan]} h at -{disc[plan]}%"))
     costs.sort(key=lambda c: (c.cost_minor, c.plan != "hourly"))
     per_week_days = p.days_per_week
     break_even = []

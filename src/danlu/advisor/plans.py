@@ -120,9 +120,7 @@ def interruptible(ctx: PlanContext) -> PlanQuote | None:
         return None
     gh = hours_decimal(wall) * _billed_gpus(ctx)
     note = f"+{ctx.preemption_overhead:.0%} time for preemptions (checkpoint and resume)"
-    return PlanQuote(
-        "interruptible", wall, gh, cost_minor(ctx.source.spot_rate, gh, ctx.source.currency), note
-    )
+    return PlanQuote("interruptible", wall, gh, cost_minor(ctx.source.spot_rate, gh, ctx.source.currency), note)
 
 
 @register_plan("off-peak")

@@ -163,11 +163,7 @@ def rank_options(
         gpu = models.get(src.gpu_model)
         if gpu is None or (only_models and src.gpu_model not in only_models):
             continue
-        counts = (
-            [c for c in PLATFORM_COUNTS if c <= (src.available or 0)]
-            if src.platform
-            else [src.gpus_per_instance]
-        )
+        counts = [c for c in PLATFORM_COUNTS if c <= (src.available or 0)] if src.platform else [src.gpus_per_instance]
         for n in counts:
             key = (gpu.name, n)
             if key not in cache:

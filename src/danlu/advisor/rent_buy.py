@@ -67,9 +67,7 @@ class BuyResult:
             else round(self.break_even_utilisation, 4),
             "cumulative": [
                 {"month": m, "buy": format_minor(b, c), "rent": format_minor(r, c)}
-                for m, (b, r) in enumerate(
-                    zip(self.buy_cumulative_minor, self.rent_cumulative_minor, strict=True)
-                )
+                for m, (b, r) in enumerate(zip(self.buy_cumulative_minor, self.rent_cumulative_minor, strict=True))
             ],
         }
 

@@ -21,8 +21,7 @@ from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent, format_minor, parse_amount
 
 CURRENCY_NOTE = (
-    "costs are never converted between currencies: each option states its currency; "
-    "the primary currency ranks first"
+    "costs are never converted between currencies: each option states its currency; the primary currency ranks first"
 )
 
 
@@ -63,9 +62,7 @@ def advise(
     measured = None
     if measured_per_second is not None:
         if not measured_gpu:
-            raise InvalidInput(
-                "missing_measured_gpu", "say which GPU the throughput was measured on (--measured-on)"
-            )
+            raise InvalidInput("missing_measured_gpu", "say which GPU the throughput was measured on (--measured-on)")
         measured = Measured(measured_per_second, resolve_model(measured_gpu), measured_gpu_count)
     sources = platform_sources(platform_offers, platform_plans or PlatformPlans())
     if include_public:

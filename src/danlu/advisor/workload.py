@@ -43,13 +43,9 @@ PRESETS: dict[str, Preset] = {
     "llama-33b": Preset(32.5e9, Architecture("transformer", 60, 6656), 2048, None, "Touvron et al. 2023"),
     "llama-65b": Preset(65.2e9, Architecture("transformer", 80, 8192), 2048, None, "Touvron et al. 2023"),
     "bert-base": Preset(110e6, Architecture("transformer", 12, 768, 30522), 512, None, "Devlin et al. 2019"),
-    "bert-large": Preset(
-        335e6, Architecture("transformer", 24, 1024, 30522), 512, None, "Devlin et al. 2019"
-    ),
+    "bert-large": Preset(335e6, Architecture("transformer", 24, 1024, 30522), 512, None, "Devlin et al. 2019"),
     "resnet50": Preset(25.6e6, Architecture("conv", 50, 0, 0, 8.2e9, 55e6, 224), None, 224, "He et al. 2016"),
-    "sdxl-unet": Preset(
-        2.57e9, Architecture("conv", 0, 0, 0, 5.5e12, 6.0e9, 1024), None, 1024, "Podell et al. 2023"
-    ),
+    "sdxl-unet": Preset(2.57e9, Architecture("conv", 0, 0, 0, 5.5e12, 6.0e9, 1024), None, 1024, "Podell et al. 2023"),
 }
 
 
@@ -144,9 +140,7 @@ def build_workload(
                 f"unknown model {model!r}; use --params or one of: {', '.join(PRESETS)}",
             )
     if params is None and preset is None:
-        raise InvalidInput(
-            "missing_params", "give the model size with --params (e.g. 7e9) or a --model preset"
-        )
+        raise InvalidInput("missing_params", "give the model size with --params (e.g. 7e9) or a --model preset")
     p = params if params is not None else preset.params  # type: ignore[union-attr]
     if not (1e5 <= p <= 5e12):
         raise InvalidInput("invalid_params", f"params must be between 1e5 and 5e12 (got {p:g})")
@@ -156,16 +150,12 @@ def build_workload(
             "int8/int4 apply to inference; for training use --adapter qlora with --precision bf16",
         )
     if adapter != "none" and task == "inference":
-        raise InvalidInput(
-            "adapter_inference", "LoRA/QLoRA are fine-tuning methods; drop --adapter for inference"
-        )
+        raise InvalidInput("adapter_inference", "LoRA/QLoRA are fine-tuning methods; drop --adapter for inference")
     for name, value in (("micro_batch", micro_batch), ("grad_accum", grad_accum), ("lora_rank", lora_rank)):
         if value < 1:
             raise InvalidInput(f"invalid_{name}", f"{name} must be a positive integer (got {value})")
     if tokens is None and samples is None:
-        raise InvalidInput(
-            "missing_work", "say how much work: --tokens (e.g. 1e9) or --samples with --epochs"
-        )
+        raise InvalidInput("missing_work", "say how much work: --tokens (e.g. 1e9) or --samples with --epochs")
     for name, amount in (("tokens", tokens), ("samples", samples), ("epochs", epochs)):
         if amount is not None and not amount > 0:
             raise InvalidInput(f"invalid_{name}", f"{name} must be greater than zero")

@@ -68,9 +68,7 @@ def _rate(text: str, field: str, line: int) -> Decimal:
     try:
         value = Decimal(text)
     except InvalidOperation:
-        raise InvalidInput(
-            "invalid_price_catalog", f"line {line}: {field} {text!r} is not a decimal"
-        ) from None
+        raise InvalidInput("invalid_price_catalog", f"line {line}: {field} {text!r} is not a decimal") from None
     if not value.is_finite() or value < 0:
         raise InvalidInput("invalid_price_catalog", f"line {line}: {field} must be a non-negative decimal")
     return value
@@ -102,9 +100,7 @@ def parse_catalog(text: str, origin: str) -> PriceCatalog:
             gpus = int(raw["gpus"])
             as_of = date.fromisoformat(raw["as_of"])
         except ValueError:
-            raise InvalidInput(
-                "invalid_price_catalog", f"line {i}: gpus must be an integer, as_of a date"
-            ) from None
+            raise InvalidInput("invalid_price_catalog", f"line {i}: gpus must be an integer, as_of a date") from None
         if gpus < 1:
             raise InvalidInput("invalid_price_catalog", f"line {i}: gpus must be at least 1")
         spot = raw["spot_per_gpu_hour"]
@@ -124,9 +120,7 @@ def parse_catalog(text: str, origin: str) -> PriceCatalog:
         )
     if not rows:
         raise InvalidInput("invalid_price_catalog", "the catalog has no price rows")
-    return PriceCatalog(
-        tuple(rows), date.fromisoformat(m.group(1)), origin, "\n".join(c[1:].strip() for c in comments)
-    )
+    return PriceCatalog(tuple(rows), date.fromisoformat(m.group(1)), origin, "\n".join(c[1:].strip() for c in comments))
 
 
 def operator_catalog_path() -> Path:

@@ -79,9 +79,7 @@ def _remote(body: dict[str, Any], url: str) -> dict[str, Any]:
 def advise(
     ctx: typer.Context,
     params: float = typer.Option(None, help="Parameter count, e.g. 7e9."),
-    model: str = typer.Option(
-        None, help="Preset: llama-7b/13b/33b/65b, bert-base, bert-large, resnet50, sdxl-unet."
-    ),
+    model: str = typer.Option(None, help="Preset: llama-7b/13b/33b/65b, bert-base, bert-large, resnet50, sdxl-unet."),
     task: str = typer.Option("finetune", help="train, finetune or inference."),
     precision: str = typer.Option("bf16", help="fp32, bf16, fp16 (mixed); int8, int4 for inference."),
     optimizer: str = typer.Option("adamw", help="adamw, adam, sgd, adam8bit."),
