@@ -44,6 +44,9 @@ def views(draw: st.DrawFn) -> ClusterView:
                     priority=draw(st.integers(0, 2)),
                     interruptible=draw(st.booleans()),
                     stopping_at_ms=draw(st.sampled_from([None, NOW + 30_000])),
+                    durations_ms=draw(
+                        st.one_of(st.just({}), st.fixed_dictionaries({m: st.integers(1, 10**8) for m in MODELS}))
+                    ),
                 )
             )
         hosts.append(Host(f"h{h}", model, total, total - used))
@@ -74,6 +77,7 @@ def views(draw: st.DrawFn) -> ClusterView:
         quotas_gpus=draw(st.dictionaries(st.sampled_from("abc"), st.integers(0, 8))),
         usage=draw(st.dictionaries(st.sampled_from("abc"), st.floats(0, 100))),
         notice_ms=draw(st.sampled_from([0, 60_000, 300_000])),
+        restart_overhead_ms=draw(st.sampled_from([0, 30_000])),
     )
 
 
@@ -89,6 +93,7 @@ def test_round_never_breaks_an_invariant(view: ClusterView, policy: str) -> None
     for alloc in view.running:
         in_use[alloc.user] += alloc.gpus
     decided: list[str] = []
+    moving = Counter[str]()
     for d in decisions:
         if isinstance(d, Start):
             job = jobs[d.job_id]
@@ -105,8 +110,17 @@ def test_round_never_breaks_an_invariant(view: ClusterView, policy: str) -> None
         elif isinstance(d, Preempt):
             victim = running[d.job_id]
             assert victim.stopping_at_ms is None, "never preempt a job twice"
-            assert d.notice_deadline_ms >= view.now_ms + view.notice_ms, "never preempt without notice"
-            assert victim.interruptible or victim.priority < jobs[d.for_job_id].priority
+            assert d.notice_deadline_ms >= view.now_ms + view.notice_ms, "never preempt (or migrate) without notice"
+            if d.migrate_to is not None:
+                assert d.for_job_id == d.job_id and d.migrate_to != victim.gpu_model
+                assert d.migrate_to in victim.durations_ms, "only to a type the job may run on"
+                # the target GPUs come out of what this round's starts left free: never over-allocated
+                assert any(h.gpu_model == d.migrate_to and free[h.id] >= victim.gpus for h in view.hosts)
+                moving[d.migrate_to] += victim.gpus
+                left = sum(free[h.id] for h in view.hosts if h.gpu_model == d.migrate_to)
+                assert moving[d.migrate_to] <= left, "migrations never over-allocate a type"
+            else:
+                assert victim.interruptible or victim.priority < jobs[d.for_job_id].priority
             decided.append(d.job_id)
         else:
             assert isinstance(d, Defer) and d.job_id in jobs

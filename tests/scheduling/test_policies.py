@@ -105,7 +105,7 @@ def test_engine_preempts_with_notice_resumes_and_bills_the_notice_as_interruptib
     setup = SimSetup(hosts, BOOK, NOW, ThroughputTable(), "V100")
     spot = JobRequest("spot", "x", 4, NOW, {"V100": 10 * H}, PRIORITY_LOW, interruptible=True, seq=0)
     vip = JobRequest("vip", "y", 4, NOW + H, {"V100": H}, PRIORITY_HIGH, seq=1)
-    engine = simulate(setup, [spot, vip], "danlu", notice_ms=60_000)
+    engine = simulate(setup, [spot, vip], "danlu", notice_ms=60_000, restart_overhead_ms=0)
     assert engine.jobs["spot"].status == "succeeded" and engine.jobs["vip"].status == "succeeded"
     assert engine.jobs["spot"].preemptions == 1
     assert engine.jobs["vip"].first_start_ms == NOW + H + 60_000  # exactly after the notice
@@ -114,3 +114,29 @@ def test_engine_preempts_with_notice_resumes_and_bills_the_notice_as_interruptib
     assert worked == 10 * H  # resumed from its checkpoint: no work lost, none repeated
     assert all(u.plan is Plan.INTERRUPTIBLE for u in spot_usage)
     assert sum(u.cost_minor for u in spot_usage) == 84 * 4 * 10  # exact: whole hours
+
+
+def test_a_resume_pays_the_restart_overhead_once() -> None:
+    hosts = (Host("v0", "V100", 4, 4),)
+    setup = SimSetup(hosts, BOOK, NOW, ThroughputTable(), "V100")
+    spot = JobRequest("spot", "x", 4, NOW, {"V100": 10 * H}, PRIORITY_LOW, interruptible=True, seq=0)
+    vip = JobRequest("vip", "y", 4, NOW + H, {"V100": H}, PRIORITY_HIGH, seq=1)
+    engine = simulate(setup, [spot, vip], "danlu", notice_ms=60_000, restart_overhead_ms=45_000)
+    worked = sum(u.end_ms - u.start_ms for u in engine.usage_log if u.job_id == "spot")
+    assert worked == 10 * H + 45_000  # the lost warm-up is real GPU time, and billed
+
+
+def test_a_running_job_migrates_with_notice_to_a_faster_type_that_frees_and_finishes() -> None:
+    # "slow" starts on the K80 because the V100 is busy for another hour; when the V100 frees,
+    # the engine moves it there (noticed stop, requeue, resume) and it finishes far sooner.
+    hosts = (Host("k0", "K80", 1, 1), Host("v0", "V100", 1, 1))
+    setup = SimSetup(hosts, BOOK, NOW, ThroughputTable(), "V100")
+    busy = JobRequest("busy", "x", 1, NOW, {"V100": H}, seq=0)
+    slow = JobRequest("slow", "y", 1, NOW + 1, {"K80": 8 * H, "V100": 4 * H}, seq=1)
+    engine = simulate(setup, [busy, slow], "danlu", notice_ms=60_000, restart_overhead_ms=30_000)
+    state = engine.jobs["slow"]
+    assert state.status == "succeeded" and state.migrations == 1 and state.preemptions == 0
+    runs = [(u.gpu_model, u.start_ms, u.end_ms) for u in engine.usage_log if u.job_id == "slow"]
+    assert [m for m, _, _ in runs[:1]] == ["K80"] and runs[-1][0] == "V100"
+    assert runs[-1][1] >= runs[0][2]  # never on two types at once: the move waits for the stop
+    assert state.end_ms is not None and state.end_ms - NOW < 5 * H  # vs 8 h on the K80, 5 h waiting

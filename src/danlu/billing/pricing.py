@@ -160,9 +160,7 @@ def active_tariff(tariffs: Iterable[Tariff], plan: Plan, at_ms: int) -> Tariff |
         for back in (0, 1):
             day = datetime.combine(local.date() - timedelta(days=back), time(0), tzinfo=tz)
             for begin, end in tariff.windows_on(day):
-                if _to_ms(begin) <= at_ms < _to_ms(end) and (
-                    best is None or tariff.multiplier < best.multiplier
-                ):
+                if _to_ms(begin) <= at_ms < _to_ms(end) and (best is None or tariff.multiplier < best.multiplier):
                     best = tariff
     return best
 

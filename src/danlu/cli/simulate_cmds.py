@@ -24,6 +24,7 @@ COLUMNS = [
     ("cost_per_completed_job", "cost/job"),
     ("deadline_misses", "deadline misses"),
     ("preemptions", "preemptions"),
+    ("migrations", "migrations"),
     ("sched_cpu_ms_per_decision", "sched ms/decision"),
     ("source", "source"),
 ]
@@ -37,7 +38,9 @@ def run_simulation(
     tariffs: bool,
     interruptible: bool,
     notice_s: int,
-    round_s: int = 60,
+    round_s: int | None = None,
+    restart_overhead_s: int = 30,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
     setup = SimSetup(scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1])
@@ -45,7 +48,15 @@ def run_simulation(
     assumptions = [f"tariff {t.name!r} is a synthetic assumption" for t in prices.tariffs if t.synthetic]
     rows = []
     for name in policies:
-        engine = simulate(setup, requests, name, notice_ms=notice_s * 1000, round_ms=max(1, round_s) * 1000)
+        engine = simulate(
+            setup,
+            requests,
+            name,
+            notice_ms=notice_s * 1000,
+            round_ms=None if round_s is None else max(1, round_s) * 1000,
+            restart_overhead_ms=restart_overhead_s * 1000,
+            seed=seed,
+        )
         row = summarize(engine, setup, name)
         row["trace"] = trace.stem
         row["plan"] = "interruptible" if interruptible else "on-demand"
@@ -81,7 +92,13 @@ def register(app: typer.Typer) -> None:
             False, "--interruptible", help="Submit every job as interruptible (spot price)."
         ),
         notice_s: int = typer.Option(60, "--notice-s", help="Preemption notice in seconds."),
-        round_s: int = typer.Option(60, "--round-s", help="Scheduling interval in virtual seconds."),
+        round_s: int | None = typer.Option(
+            None, "--round-s", help="Scheduling interval in virtual seconds (default: fifo 360 like Gavel, others 60)."
+        ),
+        restart_overhead_s: int = typer.Option(
+            30, "--restart-overhead-s", help="Work lost on each resume from a checkpoint (migration, preemption)."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the random GPU-type pick of fifo/backfill."),
         as_json: bool = JsonOpt,
     ) -> None:
         """Replay a trace through each policy and print one row per policy (and Gavel's reference)."""
@@ -96,6 +113,8 @@ def register(app: typer.Typer) -> None:
                 interruptible=interruptible,
                 notice_s=notice_s,
                 round_s=round_s,
+                restart_overhead_s=restart_overhead_s,
+                seed=seed,
             )
         except DanluError as exc:
             fail(exc.message, exc.code)

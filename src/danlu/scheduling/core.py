@@ -12,16 +12,26 @@ Jobs are walked in the policy's order. A job that cannot start now is "blocked";
 and later jobs may only start now if they leave those reservations intact (backfill). Jobs beyond
 the point where the cluster is full and the reservation budget is spent get no decision this
 round (they simply stay queued); every other queued job gets a :class:`Defer` with its reason.
+
+The queue is heapified, not sorted: a round pays O(n) for the keys plus O(log n) per job it
+actually looks at, so a round that fills the cluster after k jobs costs O(n + k log n).
+
+Policies with ``migrate`` then look at running jobs: GPUs still free after the queue walk (and
+after every reservation) may take a running job whose estimated finish improves by more than the
+restart overhead; it gets a :class:`Preempt` with ``migrate_to`` set (the same notice, requeue and
+resume from checkpoint as any preemption). Because of that, such a policy also values starting a
+job now on a slower free type at its finish *with* a later move to the faster type.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 
 from danlu.scheduling.backfill import Timeline
 from danlu.scheduling.deferral import cheaper_start, horizon_for
 from danlu.scheduling.fairshare import within_quota
-from danlu.scheduling.model import ClusterView, Decision, Defer, JobRequest, Preempt, Start
+from danlu.scheduling.model import Allocation, ClusterView, Decision, Defer, JobRequest, Preempt, Start
 from danlu.scheduling.placement import FreeIndex
 from danlu.scheduling.policies import Policy, any_type_index, order_key
 from danlu.scheduling.preemption import Preemptor
@@ -40,7 +50,11 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
     decisions: list[Decision] = []
     blocked = 0
     free_left = sum(index.free.values())
-    for job in sorted(view.queue, key=order_key(view, policy)):
+    key = order_key(view, policy)
+    heap = [(key(job), i) for i, job in enumerate(view.queue)]
+    heapq.heapify(heap)
+    while heap:
+        job = view.queue[heapq.heappop(heap)[1]]
         can_reserve = policy.backfill and blocked < policy.reservation_depth
         if free_left == 0 and not can_reserve:
             break  # nothing free, reservation (and preemption) budget spent: the rest stay queued
@@ -81,7 +95,55 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             decisions.append(Defer(job.id, start, "GPUs reserved at the estimated start"))
         elif can_reserve:
             decisions.append(Defer(job.id, None, "no host can ever hold this gang"))
+    if policy.migrate and free_left > 0 and view.running:
+        taken = preemptor.taken if preemptor is not None else set()
+        decisions.extend(_migrations(view, index, timeline, taken))
     return decisions
+
+
+def _migrations(view: ClusterView, index: FreeIndex, timeline: Timeline, taken: set[str]) -> list[Decision]:
+    """Move running jobs onto GPUs nobody queued wants, when that finishes them sooner.
+
+    A move costs the notice (the job keeps training through it) plus ``restart_overhead_ms`` of
+    lost work; it is made only when the estimated finish improves by more than one further
+    overhead (a margin against estimate error), largest gain first, never into a reservation.
+    """
+    ready = view.now_ms + view.notice_ms
+    overhead = view.restart_overhead_ms
+    roomy = {m: g for m in index.models if (g := index.largest_free(m)) > 0}
+    if not roomy:
+        return []
+    candidates: list[tuple[int, str, str, int, Allocation]] = []
+    for alloc in view.running:
+        if alloc.stopping_at_ms is not None or not alloc.durations_ms or alloc.job_id in taken:
+            continue
+        left_here = alloc.est_end_ms - ready
+        if left_here <= 2 * overhead:
+            continue
+        for model, largest in roomy.items():
+            if model == alloc.gpu_model or largest < alloc.gpus:
+                continue
+            left_there = alloc.remaining_ms_on(model, ready)
+            if left_there is None:
+                continue
+            gain = left_here - (overhead + left_there)
+            if gain > max(overhead, 1):
+                candidates.append((-gain, alloc.job_id, model, left_there, alloc))
+    candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+    out: list[Decision] = []
+    moved: set[str] = set()
+    for neg_gain, job_id, model, left_there, alloc in candidates:
+        if job_id in moved:
+            continue
+        host = timeline.startable_now(model, alloc.gpus, overhead + left_there)
+        if host is None:
+            continue
+        index.take(host, alloc.gpus)  # held for the job until it restarts there
+        timeline.add_running(host, ready + overhead + left_there, alloc.gpus)
+        moved.add(job_id)
+        minutes = -neg_gain // 60_000
+        out.append(Preempt(job_id, alloc.host_id, ready, job_id, f"migrating to {model}: ~{minutes} min sooner", model))
+    return out
 
 
 def _allowed_models(view: ClusterView, job: JobRequest, models: list[str]) -> list[str]:
@@ -108,7 +170,7 @@ def _choose(
     if policy.choice == "any":
         free_now = [m for m in models if timeline.startable_now(m, job.gpus, job.durations_ms[m])]
         if free_now:
-            model = free_now[any_type_index(job.id, len(free_now))]
+            model = free_now[any_type_index(job.id, len(free_now), policy.seed)]
             host = timeline.startable_now(model, job.gpus, job.durations_ms[model])
             assert host is not None
             return (now, now + job.durations_ms[model], model, host)
@@ -130,7 +192,7 @@ def _choose(
     if not options:
         return None
     plan = job.plan
-    if not can_reserve:
+    if not can_reserve and not policy.migrate:
         # Past the reservation budget we cannot see when better types free up, so only take a
         # type that is (nearly) this job's best; never park a job on a far slower type blindly.
         fastest = min(job.durations_ms[m] for m in models)
@@ -149,9 +211,28 @@ def _choose(
 
     if policy.choice == "cheapest":
         return min(options, key=lambda o: (cost(o), o[1]))
-    best_finish = min(o[1] for o in options)
+    finish = _with_migration(view, job, options) if policy.migrate else {o: o[1] for o in options}
+    best_finish = min(finish.values())
     limit = now + (best_finish - now) * (1.0 + policy.time_slack)
-    return min((o for o in options if o[1] <= limit), key=lambda o: (cost(o), o[1]))
+    return min((o for o in options if finish[o] <= limit), key=lambda o: (cost(o), finish[o]))
+
+
+def _with_migration(view: ClusterView, job: JobRequest, options: list[Option]) -> dict[Option, float]:
+    """Estimated finish of each option when a job started now on a slower type may move to a
+    faster one once it frees: it has made progress by then and pays one restart overhead."""
+    now = view.now_ms
+    later = [o for o in options if o[0] > now]
+    out: dict[Option, float] = {}
+    for option in options:
+        best = float(option[1])
+        duration = job.durations_ms[option[2]]
+        if option[0] == now and duration > 0:
+            for start, _, model, _ in later:
+                done = min(1.0, (start + view.notice_ms - now) / duration)
+                moved = start + view.notice_ms + view.restart_overhead_ms + job.durations_ms[model] * (1.0 - done)
+                best = min(best, moved)
+        out[option] = best
+    return out
 
 
 def _earliest(timeline: Timeline, job: JobRequest, model: str) -> Option | None:

@@ -11,6 +11,11 @@ Each :meth:`Engine.tick` (1) collects executor exits, (2) hard-stops jobs whose 
 (5) applies them. Every ended allocation interval is rated through :func:`danlu.billing.pricing.rate`
 (once per interval; the notice period is billed at the interruptible price). ``tick`` returns the
 next instant worth waking up for, or ``None``.
+
+A :class:`~danlu.scheduling.model.Preempt` with ``migrate_to`` is applied exactly like a
+preemption (notice, stop at the deadline, requeue, resume from checkpoint) but counted as a
+migration. A resumed job's estimate includes ``restart_overhead_ms`` of lost work, which the
+core also weighs before moving a job.
 """
 
 from __future__ import annotations
@@ -74,8 +79,10 @@ class JobState:
     first_start_ms: int | None = None
     end_ms: int | None = None
     preemptions: int = 0
+    migrations: int = 0
     notice_ms: int | None = None
     defer_until_ms: int | None = None
+    resumed: bool = False  # the current run restarts from a checkpoint (pays the restart overhead)
 
 
 @dataclass(slots=True)
@@ -84,6 +91,7 @@ class EngineStats:
     decisions: int = 0
     cpu_s: float = 0.0
     preemptions: int = 0
+    migrations: int = 0
 
 
 @dataclass
@@ -95,6 +103,7 @@ class Engine:
     policy: Policy
     quotas_gpus: Mapping[str, int] = field(default_factory=dict)
     notice_ms: int = 60_000
+    restart_overhead_ms: int = 30_000
     half_life_ms: int = DEFAULT_HALF_LIFE_MS
     jobs: dict[str, JobState] = field(default_factory=dict)
     running: dict[str, Allocation] = field(default_factory=dict)
@@ -105,6 +114,7 @@ class Engine:
     _free: dict[str, int] = field(default_factory=dict)
     _last_tick_ms: int | None = None
     _deferred: dict[str, int] = field(default_factory=dict)  # job id -> off-peak wake time
+    _freed: bool = False  # some allocation ended since the last round
 
     def __post_init__(self) -> None:
         self._free = {h.id: h.free_gpus for h in self.hosts}
@@ -129,8 +139,10 @@ class Engine:
             del self._deferred[job_id]
         deferred = self._deferred
         queue = tuple(r for r in self._queue.values() if r.id not in deferred)
-        if queue:
+        # with an empty queue a round only matters when GPUs freed up and running jobs may move
+        if queue or (self.policy.migrate and self._freed and self.running):
             self._round(now, queue)
+        self._freed = False
         return self._next_wake(now)
 
     def _round(self, now: int, queue: tuple[JobRequest, ...]) -> None:
@@ -143,6 +155,7 @@ class Engine:
             quotas_gpus=self.quotas_gpus,
             usage=self.usage,
             notice_ms=self.notice_ms,
+            restart_overhead_ms=self.restart_overhead_ms,
         )
         began = time.process_time()
         decisions = schedule(view, self.policy)
@@ -162,7 +175,7 @@ class Engine:
         if self._free[d.host_id] < d.gpus:
             raise RuntimeError(f"core over-allocated host {d.host_id}")  # an invariant, not a user error
         self._free[d.host_id] -= d.gpus
-        del self._queue[d.job_id]
+        queued = self._queue.pop(d.job_id)
         req = state.request
         self.running[d.job_id] = Allocation(
             d.job_id,
@@ -174,21 +187,38 @@ class Engine:
             d.est_end_ms,
             req.priority,
             req.interruptible,
+            durations_ms=self._usable_durations(queued),
         )
         state.status = "running"
         state.defer_until_ms = None
+        state.resumed = state.remaining < 1.0 - 1e-9
         if state.first_start_ms is None:
             state.first_start_ms = now
         self.stats.decisions += 1
         self.executor.start(d.job_id, d.host_id, d.gpu_model, d.gpus, now)
+
+    def _usable_durations(self, req: JobRequest) -> dict[str, int]:
+        """The job's run time per model it may use (price within its max), for migration checks."""
+        plan = req.plan
+        return {
+            m: d
+            for m, d in req.durations_ms.items()
+            if d > 0
+            and self.prices.has_price(m, plan)
+            and (req.max_price_minor is None or self.prices.price(m, plan) <= req.max_price_minor)
+        }
 
     def _preempt(self, d: Preempt, now: int) -> None:
         alloc = self.running[d.job_id]
         self.running[d.job_id] = replace(alloc, stopping_at_ms=d.notice_deadline_ms)
         state = self.jobs[d.job_id]
         state.status, state.notice_ms = "stopping", now
-        state.preemptions += 1
-        self.stats.preemptions += 1
+        if d.migrate_to is not None:
+            state.migrations += 1
+            self.stats.migrations += 1
+        else:
+            state.preemptions += 1
+            self.stats.preemptions += 1
         self.stats.decisions += 1
         self.executor.notify_preempt(d.job_id, d.notice_deadline_ms, now)
 
@@ -198,20 +228,25 @@ class Engine:
             return
         state = self.jobs[job_id]
         self._free[alloc.host_id] += alloc.gpus
+        self._freed = True
         plan = state.request.plan
         notice_from = state.notice_ms if state.notice_ms is not None else at_ms
         self._bill(state, alloc, plan, alloc.start_ms, min(notice_from, at_ms))
         self._bill(state, alloc, Plan.INTERRUPTIBLE, min(notice_from, at_ms), at_ms)
         self.usage[alloc.user] = self.usage.get(alloc.user, 0.0) + alloc.gpus * (at_ms - alloc.start_ms) / 3_600_000
         full = state.request.durations_ms.get(alloc.gpu_model, 0)
-        done = (at_ms - alloc.start_ms) / full if full else 0.0
+        lost = self.restart_overhead_ms if state.resumed else 0
+        done = max(0, at_ms - alloc.start_ms - lost) / full if full else 0.0
         state.remaining = max(0.0, state.remaining - done)
         state.notice_ms = None
         if kind == "stopped" and state.remaining > 1e-9:
             state.status = "queued"
             self._queue[job_id] = replace(
                 state.request,
-                durations_ms={m: max(1, round(d * state.remaining)) for m, d in state.request.durations_ms.items()},
+                durations_ms={
+                    m: max(1, round(d * state.remaining)) + self.restart_overhead_ms
+                    for m, d in state.request.durations_ms.items()
+                },
             )
         else:
             state.status = "failed" if kind == "failed" else "succeeded"

@@ -67,6 +67,17 @@ class Allocation:
     priority: int = PRIORITY_NORMAL
     interruptible: bool = False
     stopping_at_ms: int | None = None
+    # whole-job run time per GPU model the job may use, measured from the progress it had at
+    # ``start_ms`` (as in its JobRequest then); lets the core weigh a migration. Empty = unknown.
+    durations_ms: Mapping[str, int] = field(default_factory=dict, compare=False)
+
+    def remaining_ms_on(self, gpu_model: str, at_ms: int) -> int | None:
+        """Estimated run time left at ``at_ms`` if the job continued on ``gpu_model`` instead."""
+        full = self.durations_ms.get(gpu_model, 0)
+        span = self.est_end_ms - self.start_ms
+        if full <= 0 or span <= 0:
+            return None
+        return round(full * max(0, self.est_end_ms - at_ms) / span)
 
     @property
     def release_ms(self) -> int:
@@ -86,6 +97,8 @@ class ClusterView:
     usage: Mapping[str, float] = field(default_factory=dict)  # user -> decayed GPU-hours
     shares: Mapping[str, float] = field(default_factory=dict)  # user -> share weight (default 1)
     notice_ms: int = 60_000
+    # work lost when a job restarts from its checkpoint (reload, warm-up); weighed against a migration
+    restart_overhead_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,9 @@ class Preempt:
     notice_deadline_ms: int
     for_job_id: str
     reason: str
+    # set when the job is stopped only to move it to a faster GPU model (``for_job_id`` is the job
+    # itself): the same noticed stop + requeue + resume from checkpoint, counted as a migration
+    migrate_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

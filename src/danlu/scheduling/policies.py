@@ -1,12 +1,16 @@
 """The policy registry: each policy is a small set of switches over one list scheduler.
 
-* ``fifo``: arrival order, the head of the queue blocks everyone; any free GPU type (a fixed
-  hash of the job id picks among types with room, like Gavel's random FIFO); no backfill.
+* ``fifo``: a model of Gavel's FIFO (scheduler/policies/fifo.py, mode 'base'): arrival order,
+  the head of the queue blocks everyone; a uniformly random GPU type among those with room for
+  the gang (seeded, reproducible per job); the job keeps that type until it ends; no backfill,
+  no preemption; Gavel's 360 s round in the simulator.
 * ``backfill``: priority then arrival; any free type; Slurm-style reservations + backfill.
 * ``danlu``: priority, then deadline urgency, then fair-share-weighted shortest GPU-time first
   with aging; GPU type by earliest estimated finish, the cheapest within a small slack;
   backfill; preemption of interruptible / lower-priority work with notice; off-peak deferral
-  only for jobs whose deadline still holds.
+  only for jobs whose deadline still holds; migration of running jobs to a faster free type when
+  it finishes them sooner by more than the restart overhead (and so a job may start on a slower
+  free type rather than wait for a faster one).
 * ``danlu-cost``: as ``danlu`` but the type with the lowest cost per job (cost per unit of
   work), and deferral to cheaper tariff windows for every job (no deadline = unbounded).
 """
@@ -40,12 +44,18 @@ class Policy:
     reservation_depth: int = 32
     # how far ahead to look for a cheaper tariff window when a job has no deadline
     defer_horizon_ms: int = 7 * 24 * 3_600_000
+    # move running jobs to a faster type (noticed stop + resume) when that finishes them sooner
+    migrate: bool = False
+    # seed of the "any type" pick (fifo/backfill): a different seed is a different random draw
+    seed: int = 0
+    # scheduling interval the simulator uses for this policy unless told otherwise (None = 60 s)
+    round_ms: int | None = None
 
 
 POLICIES: dict[str, Policy] = {
-    "fifo": Policy("fifo", "fifo", "any", backfill=False, preempt=False, defer="never"),
+    "fifo": Policy("fifo", "fifo", "any", backfill=False, preempt=False, defer="never", round_ms=360_000),
     "backfill": Policy("backfill", "priority", "any", backfill=True, preempt=False, defer="never"),
-    "danlu": Policy("danlu", "danlu", "balanced", backfill=True, preempt=True, defer="deadline"),
+    "danlu": Policy("danlu", "danlu", "balanced", backfill=True, preempt=True, defer="deadline", migrate=True),
     "danlu-cost": Policy("danlu-cost", "danlu", "cheapest", backfill=True, preempt=True, defer="always"),
 }
 
@@ -59,9 +69,11 @@ def get_policy(name: str) -> Policy:
         raise InvalidInput("unknown_policy", f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
 
 
-def any_type_index(job_id: str, n: int) -> int:
-    """A fixed pseudo-random pick among ``n`` types, like Gavel's FIFO (reproducible per job)."""
-    return zlib.crc32(job_id.encode()) % n
+def any_type_index(job_id: str, n: int, seed: int = 0) -> int:
+    """A uniform pseudo-random pick among ``n`` types, like Gavel's FIFO (``rng.randrange``),
+    reproducible per (seed, job): the pure core keeps no RNG state between rounds."""
+    key = job_id if seed == 0 else f"{seed}:{job_id}"
+    return zlib.crc32(key.encode()) % n
 
 
 def min_duration(job: JobRequest) -> int:

@@ -1,6 +1,7 @@
 """Trace replay: the same :class:`~danlu.scheduling.engine.Engine` on a virtual clock with a
 simulated executor. A job's true run time equals its estimate (durations come from measured
-throughput), and a preempted job is assumed to checkpoint within its notice, keeping its progress.
+throughput), a preempted (or migrated) job checkpoints within its notice, keeping its progress,
+and every resume from a checkpoint first loses ``restart_overhead_ms`` (reload, warm-up).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from danlu.billing.pricing import PriceBook
 from danlu.core.clock import FakeClock
@@ -20,29 +21,32 @@ from danlu.scheduling.speed import ThroughputTable, durations_from_reference, du
 from danlu.scheduling.traces import TraceJob
 
 MS_PER_H = 3_600_000
+DEFAULT_ROUND_MS = 60_000
 
 
 class SimExecutor:
     """Runs nothing: each started job 'exits' after its remaining true duration on that model."""
 
-    def __init__(self, durations: Mapping[str, Mapping[str, int]]) -> None:
+    def __init__(self, durations: Mapping[str, Mapping[str, int]], restart_overhead_ms: int = 0) -> None:
         self._durations = durations
+        self._overhead = restart_overhead_ms
         self._remaining: dict[str, float] = {}
-        self._running: dict[str, tuple[int, str, int]] = {}  # job -> (start, model, end)
+        self._running: dict[str, tuple[int, str, int, int]] = {}  # job -> (start, model, end, lost)
         self._heap: list[tuple[int, str]] = []
 
     def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int) -> None:
         left = self._remaining.setdefault(job_id, 1.0)
-        end = now_ms + max(1, round(self._durations[job_id][gpu_model] * left))
-        self._running[job_id] = (now_ms, gpu_model, end)
+        lost = self._overhead if left < 1.0 - 1e-9 else 0
+        end = now_ms + lost + max(1, round(self._durations[job_id][gpu_model] * left))
+        self._running[job_id] = (now_ms, gpu_model, end, lost)
         heapq.heappush(self._heap, (end, job_id))
 
     def notify_preempt(self, job_id: str, notice_deadline_ms: int, now_ms: int) -> None:
         """The simulated job keeps training through its notice and checkpoints at the deadline."""
 
     def stop(self, job_id: str, now_ms: int) -> None:
-        start, model, _ = self._running.pop(job_id)
-        done = (now_ms - start) / self._durations[job_id][model]
+        start, model, _, lost = self._running.pop(job_id)
+        done = max(0, now_ms - start - lost) / self._durations[job_id][model]
         self._remaining[job_id] = max(0.0, self._remaining[job_id] - done)
 
     def poll(self, now_ms: int) -> list[ExecEvent]:
@@ -97,14 +101,31 @@ def to_requests(setup: SimSetup, trace: Iterable[TraceJob], interruptible: bool 
 
 
 def simulate(
-    setup: SimSetup, requests: list[JobRequest], policy_name: str, notice_ms: int = 60_000, round_ms: int = 60_000
+    setup: SimSetup,
+    requests: list[JobRequest],
+    policy_name: str,
+    notice_ms: int = 60_000,
+    round_ms: int | None = None,
+    restart_overhead_ms: int = 30_000,
+    seed: int = 0,
 ) -> Engine:
     """Replay ``requests``. Rounds run at most once per ``round_ms`` of virtual time, on a grid
-    aligned to the trace start (like a live server's scheduling interval; Gavel uses 360 s);
-    ``round_ms=1`` makes every event its own round."""
+    aligned to the trace start (like a live server's scheduling interval); ``None`` takes the
+    policy's own interval (fifo: Gavel's 360 s) or else 60 s; ``round_ms=1`` makes every event
+    its own round. ``seed`` changes the random type pick of fifo/backfill."""
+    policy = replace(get_policy(policy_name), seed=seed)
+    round_ms = round_ms or policy.round_ms or DEFAULT_ROUND_MS
     clock = FakeClock(setup.start_ms)
-    executor = SimExecutor({r.id: r.durations_ms for r in requests})
-    engine = Engine(clock, executor, setup.hosts, setup.prices, get_policy(policy_name), notice_ms=notice_ms)
+    executor = SimExecutor({r.id: r.durations_ms for r in requests}, restart_overhead_ms)
+    engine = Engine(
+        clock,
+        executor,
+        setup.hosts,
+        setup.prices,
+        policy,
+        notice_ms=notice_ms,
+        restart_overhead_ms=restart_overhead_ms,
+    )
     pending = sorted(requests, key=lambda r: (r.submit_ms, r.seq))
     i = 0
     while True:
@@ -149,6 +170,7 @@ def summarize(engine: Engine, setup: SimSetup, policy_name: str) -> dict[str, ob
         "cost_per_completed_job": format_minor(cost // len(done), currency) if done else None,
         "deadline_misses": misses,
         "preemptions": stats.preemptions,
+        "migrations": stats.migrations,
         "rounds": stats.rounds,
         "decisions": stats.decisions,
         "sched_cpu_ms_per_round": round(stats.cpu_s * 1000 / stats.rounds, 4) if stats.rounds else 0.0,
