@@ -19,6 +19,10 @@ class Settings:
     min_prepaid_seconds: int = 60  # a rental must be covered for at least this long
     meter_interval_s: float = 10.0  # ledger postings; live cost is computed between them
     tick_interval_s: float = 1.0  # process reconciliation
+    scheduler_policy: str = "danlu"  # live job scheduling policy (danlu.scheduling.policies)
+    preempt_notice_s: int = 60  # guaranteed notice before a preempted run is killed
+    job_default_duration_s: int = 3600  # backfill estimate for jobs submitted without --est-duration
+    job_max_attempts: int = 3  # runs lost with their node are retried this many times in all
 
 
 @dataclass

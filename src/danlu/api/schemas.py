@@ -119,11 +119,13 @@ class AmountIn(Strict):
 
 class PriceIn(Strict):
     price_per_hour: str
+    interruptible_price_per_hour: str | None = None
 
 
 class PriceOut(BaseModel):
     gpu_model: str
     price_per_hour: str
+    interruptible_price_per_hour: str | None
     currency: str
 
 

@@ -70,19 +70,31 @@ def set_credit_limit(p: Platform, name: str, amount: str) -> BalanceView:
         return BalanceView(user_account(s, user.id).balance_minor, user.credit_limit_minor, cur)
 
 
-def set_price(p: Platform, gpu_model: str, price_per_hour: str) -> Price:
-    """Set the on-demand price per GPU-hour. Running allocations keep the price they started at."""
+def set_price(p: Platform, gpu_model: str, price_per_hour: str, interruptible: str | None = None) -> Price:
+    """Set the on-demand price per GPU-hour (and optionally the interruptible one). Running
+    allocations keep the price they started at."""
     model = resolve_model(gpu_model).name
     now = p.clock.now_ms()
     with p.db.write() as s:
         cur = currency(s)
         minor = parse_amount(price_per_hour, cur, allow_zero=False, field="price per hour")
+        spot = (
+            parse_amount(interruptible, cur, allow_zero=False, field="interruptible price")
+            if interruptible is not None
+            else None
+        )
+        if spot is not None and spot > minor:
+            raise InvalidInput(
+                "invalid_interruptible_price", "the interruptible price must not exceed the on-demand price"
+            )
         price = s.get(Price, model)
         if price is None:
             price = Price(gpu_model=model, price_per_hour_minor=minor, currency=cur, updated_at_ms=now)
             s.add(price)
-        else:
-            price.price_per_hour_minor, price.updated_at_ms = minor, now
+        price.price_per_hour_minor, price.updated_at_ms = minor, now
+        if interruptible is not None:
+            price.interruptible_price_per_hour_minor = spot
+        s.flush()
         return price
 
 

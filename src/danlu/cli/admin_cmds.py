@@ -87,13 +87,23 @@ def gpus(as_json: bool = JsonOpt) -> None:
 
 
 @price_app.command("set")
-def price_set(model: str, price_per_hour: str, as_json: bool = JsonOpt) -> None:
+def price_set(
+    model: str,
+    price_per_hour: str,
+    interruptible: str = typer.Option(None, "--interruptible", help="Also offer preemptible capacity at this price."),
+    as_json: bool = JsonOpt,
+) -> None:
     """Set the on-demand price per GPU-hour of MODEL (running rentals keep their price)."""
-    data = Client().put(f"/admin/prices/{model}", json={"price_per_hour": price_per_hour})
+    body = {"price_per_hour": price_per_hour}
+    if interruptible is not None:
+        body["interruptible_price_per_hour"] = interruptible
+    data = Client().put(f"/admin/prices/{model}", json=body)
     if as_json:
         print_json(data)
     else:
-        console.print(f"{data['gpu_model']}: {data['price_per_hour']} {data['currency']} per GPU-hour")
+        spot = data["interruptible_price_per_hour"]
+        extra = f", interruptible {spot}" if spot else ""
+        console.print(f"{data['gpu_model']}: {data['price_per_hour']}{extra} {data['currency']} per GPU-hour")
 
 
 def register(app: typer.Typer) -> None:

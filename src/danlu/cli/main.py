@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "danlu.cli.account_cmds",
     "danlu.cli.admin_cmds",
     "danlu.cli.instance_cmds",
+    "danlu.cli.job_cmds",
     "danlu.cli.simulate_cmds",
     "danlu.cli.advisor_cmds",
     # -- capability command modules above this line --

@@ -33,6 +33,8 @@ def server(
     exhausted_grace: int = typer.Option(0, "--exhausted-grace", help="Grace in seconds when a balance runs out."),
     meter_interval: float = typer.Option(10.0, "--meter-interval", help="Seconds between ledger postings."),
     tick: float = typer.Option(1.0, "--tick", help="Seconds between process checks."),
+    policy: str = typer.Option("danlu", "--policy", help="Job scheduling policy: fifo, backfill, danlu, danlu-cost."),
+    preempt_notice: int = typer.Option(60, "--preempt-notice", help="Guaranteed notice (s) before a preemption."),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
     # Heavy imports (SQLAlchemy, Alembic, uvicorn) only when the server really starts, so that
@@ -46,6 +48,7 @@ def server(
     from danlu.core.clock import SystemClock
     from danlu.core.errors import DanluError
     from danlu.db.engine import open_database
+    from danlu.scheduling.policies import get_policy
     from danlu.server.bootstrap import bootstrap
     from danlu.server.loop import ControlLoop
 
@@ -67,6 +70,7 @@ def server(
                     f"NVML found no NVIDIA GPU on this machine: SIMULATED GPUs {DEFAULT_SIMULATED_SPEC} "
                     "(every listing marks them simulated)"
                 )
+        get_policy(policy)  # fail fast on a typo
         clock = SystemClock()
         database = open_database(url)
         boot = bootstrap(database, data_dir, currency, gpus, clock.now_ms())
@@ -79,6 +83,8 @@ def server(
         exhausted_grace_s=exhausted_grace,
         meter_interval_s=meter_interval,
         tick_interval_s=tick,
+        scheduler_policy=policy,
+        preempt_notice_s=preempt_notice,
     )
     platform = Platform(db=database, clock=clock, executor=LocalExecutor(), settings=settings, host_id=boot.host_id)
     loop = ControlLoop(platform)

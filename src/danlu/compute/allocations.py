@@ -25,8 +25,11 @@ def capacity(session: Session, gpu_model: str) -> tuple[int, int, int]:
     return total - busy, total, per_host
 
 
-def claim(session: Session, gpu_model: str, count: int, allocation_id: int) -> tuple[int, list[Gpu]]:
-    """Bind ``count`` free GPUs of ``gpu_model`` on one host to ``allocation_id``; all or none."""
+def claim(
+    session: Session, gpu_model: str, count: int, allocation_id: int, host_id: int | None = None
+) -> tuple[int, list[Gpu]]:
+    """Bind ``count`` free GPUs of ``gpu_model`` on one host (``host_id`` if given, as the
+    scheduler decided) to ``allocation_id``; all or none."""
     free, total, per_host = capacity(session, gpu_model)
     if total == 0:
         raise NoCapacity("model_not_offered", f"this platform has no {gpu_model} GPUs; see `danlu offers`")
@@ -35,17 +38,25 @@ def claim(session: Session, gpu_model: str, count: int, allocation_id: int) -> t
             "count_exceeds_host",
             f"at most {per_host} {gpu_model} GPUs fit on one host; ask for --count {per_host} or fewer",
         )
+    free_query = select(Gpu.host_id, func.count()).where(
+        Gpu.model == gpu_model, Gpu.present.is_(True), Gpu.allocation_id.is_(None)
+    )
+    if host_id is not None:
+        free_query = free_query.where(Gpu.host_id == host_id)
     free_by_host = session.execute(
-        select(Gpu.host_id, func.count())
-        .where(Gpu.model == gpu_model, Gpu.present.is_(True), Gpu.allocation_id.is_(None))
-        .group_by(Gpu.host_id)
+        free_query.group_by(Gpu.host_id)
         .having(func.count() >= count)
         .order_by(func.count())  # best fit: keep big hosts free for big gangs
     ).all()
-    for host_id, _ in free_by_host:
+    for candidate_host, _ in free_by_host:
         stmt = (
             select(Gpu)
-            .where(Gpu.host_id == host_id, Gpu.model == gpu_model, Gpu.present.is_(True), Gpu.allocation_id.is_(None))
+            .where(
+                Gpu.host_id == candidate_host,
+                Gpu.model == gpu_model,
+                Gpu.present.is_(True),
+                Gpu.allocation_id.is_(None),
+            )
             .order_by(Gpu.idx)
             .limit(count)
         )
@@ -64,7 +75,7 @@ def claim(session: Session, gpu_model: str, count: int, allocation_id: int) -> t
         if result.rowcount == count:  # type: ignore[attr-defined]
             for g in gpus:
                 session.expire(g)
-            return host_id, sorted(gpus, key=lambda g: g.idx)
+            return candidate_host, sorted(gpus, key=lambda g: g.idx)
         raise NoCapacity("no_capacity", f"another rental took the free {gpu_model} GPUs; try again")
     raise NoCapacity(
         "no_capacity",

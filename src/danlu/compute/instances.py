@@ -14,8 +14,9 @@ import secrets
 import shutil
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency, lock_user_account, user_account
@@ -26,6 +27,7 @@ from danlu.compute import allocations
 from danlu.compute.executor import LaunchSpec, ProcessRef
 from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
 from danlu.context import Platform
+from danlu.core.clock import iso
 from danlu.core.errors import InsufficientFunds, InvalidInput, NotFound
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
@@ -68,7 +70,7 @@ def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms
 
 def get_owned(session: Session, user: User, instance_id: str) -> Instance:
     inst = session.get(Instance, instance_id)
-    if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED:
+    if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED or inst.job_id is not None:
         # Another tenant's instance is indistinguishable from a missing one.
         raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
     return inst
@@ -84,18 +86,39 @@ def _validate_command(command: list[str]) -> list[str]:
     return command
 
 
-def _open_allocation(p: Platform, session: Session, inst: Instance, user: User, now_ms: int) -> Allocation:
-    """Claim GPUs for ``inst`` at the current price, after checking the balance covers a minute."""
-    price = session.get(Price, inst.gpu_model)
+def plan_price(session: Session, gpu_model: str, plan: str) -> Price:
+    """The price row for a model, checked to offer ``plan``; says what the operator must do if not."""
+    price = session.get(Price, gpu_model)
     if price is None:
         raise InvalidInput(
             "no_price",
-            f"{inst.gpu_model} has no price yet; "
-            f"the operator sets one with `danlu admin price set {inst.gpu_model} PRICE`",
+            f"{gpu_model} has no price yet; the operator sets one with `danlu admin price set {gpu_model} PRICE`",
         )
-    acct = user_account(session, user.id)
-    credit_limit = session.execute(select(User.credit_limit_minor).where(User.id == user.id)).scalar_one()
-    needed = cumulative_cost(price.price_per_hour_minor, inst.gpu_count, p.settings.min_prepaid_seconds)
+    if plan == "interruptible" and price.interruptible_price_per_hour_minor is None:
+        raise InvalidInput(
+            "no_interruptible_price",
+            f"{gpu_model} is not offered as interruptible; the operator sets that price with "
+            f"`danlu admin price set {gpu_model} PRICE --interruptible SPOT_PRICE`",
+        )
+    return price
+
+
+def price_for_plan(price: Price, plan: str) -> int:
+    if plan == "interruptible" and price.interruptible_price_per_hour_minor is not None:
+        return price.interruptible_price_per_hour_minor
+    return price.price_per_hour_minor
+
+
+def open_allocation(
+    p: Platform, session: Session, inst: Instance, now_ms: int, *, plan: str = "on-demand", host_id: int | None = None
+) -> Allocation:
+    """Claim GPUs for ``inst`` at the current price of ``plan``, after checking the user's
+    balance (plus credit limit) covers ``min_prepaid_seconds`` of it."""
+    price = plan_price(session, inst.gpu_model, plan)
+    rate = price_for_plan(price, plan)
+    acct = user_account(session, inst.user_id)
+    credit_limit = session.execute(select(User.credit_limit_minor).where(User.id == inst.user_id)).scalar_one()
+    needed = cumulative_cost(rate, inst.gpu_count, p.settings.min_prepaid_seconds)
     if acct.balance_minor + credit_limit < max(needed, 1):
         cur = price.currency
         raise InsufficientFunds(
@@ -106,12 +129,13 @@ def _open_allocation(p: Platform, session: Session, inst: Instance, user: User, 
         )
     alloc = Allocation(
         instance_id=inst.id,
-        user_id=user.id,
+        user_id=inst.user_id,
         host_id=None,
         gpu_model=inst.gpu_model,
         gpu_count=inst.gpu_count,
         gpu_indices="",
-        price_per_hour_minor=price.price_per_hour_minor,
+        plan=plan,
+        price_per_hour_minor=rate,
         currency=price.currency,
         started_at_ms=now_ms,
         ended_at_ms=None,
@@ -121,15 +145,21 @@ def _open_allocation(p: Platform, session: Session, inst: Instance, user: User, 
     )
     session.add(alloc)
     session.flush()
-    host_id, gpus = allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id)
-    alloc.host_id = host_id
+    claimed_host, gpus = allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id)
+    alloc.host_id = claimed_host
     alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
-    inst.host_id = host_id
+    inst.host_id = claimed_host
     inst.current_allocation_id = alloc.id
     return alloc
 
 
-def _launch_env(session: Session, inst: Instance, alloc: Allocation) -> dict[str, str]:
+def run_dir(p: Platform, inst: Instance) -> Path:
+    """Where a run's output log and exit status live: per job for job runs (logs accumulate
+    across requeues), per instance otherwise."""
+    return p.run_dirs / (inst.job_id or inst.id)
+
+
+def launch_env(session: Session, inst: Instance, alloc: Allocation) -> dict[str, str]:
     gpus = session.scalars(select(Gpu).where(Gpu.allocation_id == alloc.id).order_by(Gpu.idx)).all()
     simulated = any(g.simulated for g in gpus)
     # Real GPUs by UUID (immune to CUDA's device ordering); simulated ones by their index.
@@ -143,9 +173,11 @@ def _launch_env(session: Session, inst: Instance, alloc: Allocation) -> dict[str
     }
 
 
-def _launch(p: Platform, instance_id: str, env: dict[str, str], command: list[str]) -> None:
+def launch(
+    p: Platform, instance_id: str, env: dict[str, str], command: list[str], workspace: Path, rundir: Path
+) -> None:
     """Start the process (outside any transaction), then record it: pending → running."""
-    spec = LaunchSpec(command=command, workspace=p.workspaces / instance_id, run_dir=p.run_dirs / instance_id, env=env)
+    spec = LaunchSpec(command=command, workspace=workspace, run_dir=rundir, env=env)
     try:
         ref: ProcessRef | None = p.executor.launch(spec)
         error = ""
@@ -208,10 +240,10 @@ def rent(p: Platform, user: User, gpu_model: str, gpu_count: int, command: list[
         )
         s.add(inst)
         s.flush()
-        alloc = _open_allocation(p, s, inst, user, now)
+        alloc = open_allocation(p, s, inst, now)
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
-        env = _launch_env(s, inst, alloc)
-    _launch(p, instance_id, env, command)
+        env = launch_env(s, inst, alloc)
+    launch(p, instance_id, env, command, p.workspaces / instance_id, p.run_dirs / instance_id)
     return show(p, user, instance_id)
 
 
@@ -222,12 +254,12 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id)
         check_transition(Status(inst.status), Status.PENDING, "start")
-        alloc = _open_allocation(p, s, inst, user, now)
+        alloc = open_allocation(p, s, inst, now)
         inst.exit_code = None
         transition(s, inst, Status.PENDING, "start requested", now, "start")
-        env = _launch_env(s, inst, alloc)
+        env = launch_env(s, inst, alloc)
         command = json.loads(inst.command_json)
-    _launch(p, instance_id, env, command)
+    launch(p, instance_id, env, command, p.workspaces / instance_id, p.run_dirs / instance_id)
     return show(p, user, instance_id)
 
 
@@ -248,6 +280,53 @@ def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: 
     transition(s, inst, Status.STOPPING, reason, now, "stop")
     end_allocation(s, inst, now, release=False)  # GPUs are freed when the process is gone
     inst.kill_after_ms = now + grace_s * 1000
+    return ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
+
+
+PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
+
+
+def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reason: str) -> ProcessRef:
+    """Preemption notice, inside the caller's transaction: running → stopping; the run's billing at
+    its plan ends now and the notice period is billed at the interruptible price (same GPUs, a new
+    allocation) until the process is gone; the deadline is written to ``DANLU_PREEMPT_DEADLINE`` in
+    the workspace. The caller sends SIGTERM after commit; the loop sends SIGKILL at the deadline."""
+    now = p.clock.now_ms()
+    transition(s, inst, Status.STOPPING, reason, now, "preempt")
+    old_id = inst.current_allocation_id
+    end_allocation(s, inst, now, release=False)
+    price = plan_price(s, inst.gpu_model, "on-demand")
+    old = s.get(Allocation, old_id) if old_id is not None else None
+    notice = Allocation(
+        instance_id=inst.id,
+        user_id=inst.user_id,
+        host_id=inst.host_id,
+        gpu_model=inst.gpu_model,
+        gpu_count=inst.gpu_count,
+        gpu_indices=old.gpu_indices if old else "",
+        plan="interruptible",
+        price_per_hour_minor=price_for_plan(price, "interruptible"),
+        currency=price.currency,
+        started_at_ms=now,
+        ended_at_ms=None,
+        billed_until_ms=now,
+        billed_minor=0,
+        settled=False,
+    )
+    s.add(notice)
+    s.flush()
+    if old_id is not None:
+        s.execute(
+            update(Gpu)
+            .where(Gpu.allocation_id == old_id)
+            .values(allocation_id=notice.id)
+            .execution_options(synchronize_session=False)
+        )
+    inst.current_allocation_id = notice.id
+    inst.kill_after_ms = deadline_ms
+    workspace = Path(inst.workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / PREEMPT_FILE).write_text(f"{iso(deadline_ms)}\n{deadline_ms // 1000}\n")
     return ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
 
 
@@ -310,7 +389,11 @@ def show(p: Platform, user: User, instance_id: str) -> InstanceView:
 
 def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> list[InstanceView]:
     with p.db.read() as s:
-        stmt = select(Instance).where(Instance.user_id == user.id).order_by(Instance.created_at_ms)
+        stmt = (
+            select(Instance)
+            .where(Instance.user_id == user.id, Instance.job_id.is_(None))
+            .order_by(Instance.created_at_ms)
+        )
         if not include_destroyed:
             stmt = stmt.where(Instance.status != Status.DESTROYED.value)
         insts = list(s.scalars(stmt))

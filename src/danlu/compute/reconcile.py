@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 
 from danlu.billing.metering import exhaustion_ms, meter_user, open_allocations_by_user
 from danlu.compute.executor import ProcessRef
-from danlu.compute.instances import end_allocation, request_stop, transition
+from danlu.compute.instances import end_allocation, request_stop, run_dir, transition
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -81,7 +81,7 @@ def _finish(p: Platform, inst_id: str, now: int) -> str | None:
         inst = s.get(Instance, inst_id)
         if inst is None or Status(inst.status) not in HAS_PROCESS:
             return None
-        info = p.executor.exit_info(p.run_dirs / inst_id)
+        info = p.executor.exit_info(run_dir(p, inst))
         ref = ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
         if info is not None:
             inst.exit_code = info.code
@@ -102,6 +102,10 @@ def _finish(p: Platform, inst_id: str, now: int) -> str | None:
                 now,
                 "finish",
             )
+        if inst.job_id is not None:
+            from danlu.scheduling.jobs import on_run_finished  # jobs build on instances, not the reverse
+
+            on_run_finished(p, s, inst, now)
         new_status = inst.status
     if ref.pid:  # leftovers of the command's process group must not keep using the GPU
         p.executor.signal_group(ref, signal.SIGKILL)

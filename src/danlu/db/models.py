@@ -106,6 +106,8 @@ class Price(Base):
     __tablename__ = "prices"
     gpu_model: Mapped[str] = mapped_column(String(32), primary_key=True)
     price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    # Price of preemptible capacity (interruptible jobs, and every preemption notice period); NULL = not offered.
+    interruptible_price_per_hour_minor: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     currency: Mapped[str] = mapped_column(String(3))
     updated_at_ms: Mapped[int] = mapped_column(BigInteger)
 
@@ -115,6 +117,8 @@ class Instance(Base):
     __table_args__ = (Index("ix_instances_user_status", "user_id", "status"),)
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    # Set when this instance is one run of a batch job (hidden from `ps`; the job owns it).
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(64), default="")
     status: Mapped[str] = mapped_column(String(16), index=True)
     status_reason: Mapped[str] = mapped_column(Text, default="")
@@ -155,6 +159,7 @@ class Allocation(Base):
     gpu_model: Mapped[str] = mapped_column(String(32))
     gpu_count: Mapped[int] = mapped_column(Integer)
     gpu_indices: Mapped[str] = mapped_column(String(256))
+    plan: Mapped[str] = mapped_column(String(16), default="on-demand", server_default="on-demand")
     price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
     currency: Mapped[str] = mapped_column(String(3))
     started_at_ms: Mapped[int] = mapped_column(BigInteger)
@@ -176,3 +181,43 @@ class UsageRecord(Base):
     end_ms: Mapped[int] = mapped_column(BigInteger)
     amount_minor: Mapped[int] = mapped_column(BigInteger)
     transaction_id: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.id"))
+
+
+class Job(Base):
+    """A batch workload the scheduler places, may queue, preempt and resume. Each run is an
+    instance (``Instance.job_id``); the checkpoint directory persists across runs."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_seq", "status", "seq"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)  # arrival order
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    command_json: Mapped[str] = mapped_column(Text)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_types: Mapped[str] = mapped_column(String(256), default="")  # comma-separated; empty = any priced model
+    max_price_minor: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    est_duration_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    interruptible: Mapped[bool] = mapped_column(Boolean, default=False)
+    priority: Mapped[int] = mapped_column(Integer, default=1)
+    submit_ms: Mapped[int] = mapped_column(BigInteger)
+    first_start_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    end_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    current_instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    notice_deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    from_status: Mapped[str] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    at_ms: Mapped[int] = mapped_column(BigInteger)

@@ -8,6 +8,7 @@ import threading
 
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
+from danlu.scheduling.live import schedule_round
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ class ControlLoop:
 
     def run_once(self) -> None:
         reconcile(self.p)
+        schedule_round(self.p)
         now = self.p.clock.now_ms()
         if now >= self.next_meter_ms:
             report = meter_all(self.p)

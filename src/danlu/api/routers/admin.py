@@ -73,9 +73,11 @@ def list_gpus(p: PlatformDep, _admin: AdminUser) -> list[GpuOut]:
 
 @router.put("/prices/{gpu_model}", response_model=PriceOut)
 def set_price(gpu_model: str, body: PriceIn, p: PlatformDep, _admin: AdminUser) -> PriceOut:
-    price = billing.set_price(p, gpu_model, body.price_per_hour)
+    price = billing.set_price(p, gpu_model, body.price_per_hour, body.interruptible_price_per_hour)
+    spot = price.interruptible_price_per_hour_minor
     return PriceOut(
         gpu_model=price.gpu_model,
         price_per_hour=format_minor(price.price_per_hour_minor, price.currency),
+        interruptible_price_per_hour=None if spot is None else format_minor(spot, price.currency),
         currency=price.currency,
     )

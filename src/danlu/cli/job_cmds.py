@@ -1,0 +1,114 @@
+"""Batch job commands: ``danlu run`` and ``danlu jobs`` / ``danlu job show|logs|cancel|events``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import typer
+
+from danlu.cli.client import Client
+from danlu.cli.output import JsonOpt, console, print_json, print_table
+
+job_app = typer.Typer(help="Inspect and cancel batch jobs.", no_args_is_help=True)
+COLUMNS = [
+    ("id", "ID"),
+    ("status", "status"),
+    ("gpus_text", "GPUs"),
+    ("priority", "priority"),
+    ("attempts", "runs"),
+    ("preemptions", "preempted"),
+    ("cost_text", "cost"),
+    ("status_reason", "why"),
+]
+
+
+def _row(v: dict[str, Any]) -> dict[str, Any]:
+    model = v["gpu_model"] or "/".join(v["gpu_types"]) or "any"
+    return {**v, "gpus_text": f"{v['gpus']}× {model}", "cost_text": f"{v['cost']} {v['currency']}"}
+
+
+def run(
+    command: list[str] = typer.Argument(..., help="The command to run, after --"),
+    gpus: int = typer.Option(1, "--gpus", help="GPUs for the job, all on one host (gang)."),
+    gpu: str = typer.Option(None, "--gpu", help="Allowed GPU models, comma-separated (default: any priced)."),
+    max_price: str = typer.Option(None, "--max-price", help="Highest price per GPU-hour you accept."),
+    deadline: str = typer.Option(None, "--deadline", help="ISO-8601 with timezone, e.g. 2026-12-03T08:00:00+08:00"),
+    est_duration: int = typer.Option(None, "--est-duration", help="Estimated seconds on the first --gpu model."),
+    interruptible: bool = typer.Option(False, "--interruptible", help="Cheaper; may be preempted with notice."),
+    priority: str = typer.Option("normal", "--priority", help="high, normal or low."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Queue a training job; the scheduler runs it on the cheapest GPUs that meet its needs."""
+    body = {
+        "command": command,
+        "gpus": gpus,
+        "gpu_types": [g for g in (gpu or "").split(",") if g],
+        "max_price": max_price,
+        "deadline": deadline,
+        "est_duration_s": est_duration,
+        "interruptible": interruptible,
+        "priority": priority,
+    }
+    v = Client().post("/jobs", json=body)
+    if as_json:
+        print_json(v)
+    else:
+        console.print(f"{v['id']} {v['status']}: {v['status_reason']}")
+
+
+def jobs(as_json: bool = JsonOpt) -> None:
+    """Your jobs with their state, runs, preemptions and cost."""
+    rows = Client().get("/jobs")
+    print_json(rows) if as_json else print_table([_row(v) for v in rows], COLUMNS)
+
+
+@job_app.command("show")
+def show(job_id: str, as_json: bool = JsonOpt) -> None:
+    v = Client().get(f"/jobs/{job_id}")
+    if as_json:
+        print_json(v)
+        return
+    r = _row(v)
+    for key, label in [*COLUMNS, ("exit_code", "exit code"), ("submitted_at", "submitted"), ("ended_at", "ended")]:
+        console.print(f"{label:>10}: {r.get(key)}", markup=False, highlight=False)
+
+
+@job_app.command("cancel")
+def cancel(job_id: str, as_json: bool = JsonOpt) -> None:
+    v = Client().post(f"/jobs/{job_id}/cancel")
+    print_json(v) if as_json else console.print(f"{v['id']} {v['status']}: {v['status_reason']}")
+
+
+@job_app.command("events")
+def events(job_id: str, as_json: bool = JsonOpt) -> None:
+    rows = Client().get(f"/jobs/{job_id}/events")
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(rows, [("at", "at"), ("from_status", "from"), ("to_status", "to"), ("reason", "reason")])
+
+
+@job_app.command("logs")
+def logs(job_id: str, follow: bool = typer.Option(False, "-f", "--follow")) -> None:
+    """Output of every run of the job (runs append to one log)."""
+    client = Client()
+    offset = 0
+    while True:
+        chunk = client.get(f"/jobs/{job_id}/logs", params={"offset": offset})
+        sys.stdout.write(chunk["text"])
+        sys.stdout.flush()
+        offset = chunk["next_offset"]
+        if not follow:
+            return
+        if not chunk["text"]:
+            if client.get(f"/jobs/{job_id}")["status"] in ("succeeded", "failed", "cancelled"):
+                return
+            time.sleep(0.5)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", context_settings={"allow_interspersed_args": False})(run)
+    app.command("jobs")(jobs)
+    app.add_typer(job_app, name="job")

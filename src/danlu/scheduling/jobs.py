@@ -1,0 +1,275 @@
+"""Batch jobs on the live server: submit, list, show, cancel, and what happens when a run ends.
+
+A job is queued until the scheduler (danlu.scheduling.live) starts it; each run is an instance
+(``Instance.job_id``) metered like any other, with ``DANLU_CHECKPOINT_DIR`` pointing at a
+directory that persists across runs, so a preempted or lost run resumes from its checkpoint.
+
+Job lifecycle (every change through :func:`transition`, recorded with a reason):
+queued → running → succeeded | failed | cancelled; running → stopping (preemption notice) →
+queued (requeued, resumes); running → queued (node lost: retried up to ``job_max_attempts``).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from danlu.billing.accounts import currency
+from danlu.billing.metering import unbilled_minor
+from danlu.catalog.gpu_models import resolve_model
+from danlu.compute.allocations import capacity
+from danlu.compute.executor import ProcessRef
+from danlu.compute.instances import request_stop
+from danlu.compute.lifecycle import Status as InstanceStatus
+from danlu.context import Platform
+from danlu.core.errors import Conflict, InvalidInput, NotFound
+from danlu.core.money import parse_amount
+from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
+from danlu.scheduling.model import PRIORITIES
+
+QUEUED, RUNNING, STOPPING = "queued", "running", "stopping"
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    QUEUED: frozenset({RUNNING, CANCELLED, FAILED}),
+    RUNNING: frozenset({STOPPING, QUEUED, SUCCEEDED, FAILED, CANCELLED}),
+    STOPPING: frozenset({QUEUED, SUCCEEDED, FAILED, CANCELLED}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+
+
+@dataclass
+class JobView:
+    id: str
+    status: str
+    status_reason: str
+    command: list[str]
+    gpus: int
+    gpu_types: list[str]
+    gpu_model: str | None  # of the current or last run
+    interruptible: bool
+    priority: str
+    attempts: int
+    preemptions: int
+    exit_code: int | None
+    cost_minor: int
+    currency: str
+    submit_ms: int
+    first_start_ms: int | None
+    end_ms: int | None
+    deadline_ms: int | None
+
+
+def transition(s: Session, job: Job, to: str, reason: str, now_ms: int) -> None:
+    if to not in JOB_TRANSITIONS[job.status]:
+        raise Conflict("invalid_job_state", f"job {job.id} is {job.status}; it cannot become {to}")
+    s.add(JobEvent(job_id=job.id, from_status=job.status, to_status=to, reason=reason, at_ms=now_ms))
+    job.status, job.status_reason = to, reason
+    if to in TERMINAL:
+        job.end_ms = now_ms
+
+
+def job_dir(p: Platform, job_id: str) -> Path:
+    return p.settings.data_dir / "jobs" / job_id
+
+
+def submit(
+    p: Platform,
+    user: User,
+    command: list[str],
+    gpus: int = 1,
+    gpu_types: list[str] | None = None,
+    max_price: str | None = None,
+    deadline_ms: int | None = None,
+    est_duration_s: int | None = None,
+    interruptible: bool = False,
+    priority: str = "normal",
+) -> JobView:
+    """Queue a job. Validates everything up front so a bad job never sits in the queue."""
+    if not command or not all(isinstance(c, str) and c for c in command[:1]):
+        raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
+    if not isinstance(gpus, int) or gpus <= 0:
+        raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, at least 1")
+    if priority not in PRIORITIES:
+        raise InvalidInput("invalid_priority", f"--priority is one of {', '.join(PRIORITIES)}")
+    if est_duration_s is not None and est_duration_s <= 0:
+        raise InvalidInput("invalid_duration", "--est-duration must be a positive number of seconds")
+    types = [resolve_model(t).name for t in (gpu_types or [])]
+    now = p.clock.now_ms()
+    if deadline_ms is not None and deadline_ms <= now:
+        raise InvalidInput("invalid_deadline", "--deadline is in the past; give a future time")
+    job_id = "j-" + secrets.token_hex(5)
+    with p.db.write() as s:
+        cur = currency(s)
+        max_minor = parse_amount(max_price, cur, field="max price") if max_price is not None else None
+        priced = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
+        candidates = types or sorted(priced)
+        if interruptible:
+            candidates = [m for m in candidates if m in priced and priced[m].interruptible_price_per_hour_minor]
+        usable = [m for m in candidates if m in priced and capacity(s, m)[2] >= gpus]
+        if not usable:
+            raise InvalidInput(
+                "no_matching_gpus",
+                f"no priced GPU model{' offered as interruptible' if interruptible else ''} among "
+                f"{', '.join(candidates) or 'any'} has {gpus} GPUs on one host; see `danlu offers`",
+            )
+        seq = (s.execute(select(func.max(Job.seq))).scalar_one() or 0) + 1
+        job = Job(
+            id=job_id,
+            seq=seq,
+            user_id=user.id,
+            status=QUEUED,
+            status_reason="submitted",
+            command_json=json.dumps(command),
+            gpus=gpus,
+            gpu_types=",".join(types),
+            max_price_minor=max_minor,
+            deadline_ms=deadline_ms,
+            est_duration_s=est_duration_s,
+            interruptible=interruptible,
+            priority=PRIORITIES[priority],
+            submit_ms=now,
+            attempts=0,
+            preemptions=0,
+            cancel_requested=False,
+        )
+        s.add(job)
+        s.add(JobEvent(job_id=job_id, from_status="", to_status=QUEUED, reason="submitted", at_ms=now))
+    (job_dir(p, job_id) / "checkpoints").mkdir(parents=True, exist_ok=True)
+    return show(p, user, job_id)
+
+
+def _owned(s: Session, user: User, job_id: str) -> Job:
+    job = s.get(Job, job_id)
+    if job is None or job.user_id != user.id:
+        raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
+    return job
+
+
+def _view(job: Job, allocs: list[Allocation], runs: list[Instance], cur: str, now_ms: int) -> JobView:
+    names = {v: k for k, v in PRIORITIES.items()}
+    return JobView(
+        id=job.id,
+        status=job.status,
+        status_reason=job.status_reason,
+        command=json.loads(job.command_json),
+        gpus=job.gpus,
+        gpu_types=[t for t in job.gpu_types.split(",") if t],
+        gpu_model=runs[-1].gpu_model if runs else None,
+        interruptible=job.interruptible,
+        priority=names.get(job.priority, str(job.priority)),
+        attempts=job.attempts,
+        preemptions=job.preemptions,
+        exit_code=job.exit_code,
+        cost_minor=sum(a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms)) for a in allocs),
+        currency=cur,
+        submit_ms=job.submit_ms,
+        first_start_ms=job.first_start_ms,
+        end_ms=job.end_ms,
+        deadline_ms=job.deadline_ms,
+    )
+
+
+def _views(p: Platform, s: Session, jobs: list[Job]) -> list[JobView]:
+    ids = [j.id for j in jobs]
+    runs: dict[str, list[Instance]] = {}
+    allocs: dict[str, list[Allocation]] = {}
+    if ids:
+        for inst in s.scalars(select(Instance).where(Instance.job_id.in_(ids)).order_by(Instance.created_at_ms)):
+            runs.setdefault(inst.job_id or "", []).append(inst)
+        owner = {i.id: i.job_id or "" for rs in runs.values() for i in rs}
+        if owner:
+            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(list(owner)))):
+                allocs.setdefault(owner[a.instance_id], []).append(a)
+    cur, now = currency(s), p.clock.now_ms()
+    return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now) for j in jobs]
+
+
+def show(p: Platform, user: User, job_id: str) -> JobView:
+    with p.db.read() as s:
+        return _views(p, s, [_owned(s, user, job_id)])[0]
+
+
+def list_jobs(p: Platform, user: User) -> list[JobView]:
+    with p.db.read() as s:
+        return _views(p, s, list(s.scalars(select(Job).where(Job.user_id == user.id).order_by(Job.seq))))
+
+
+def events(p: Platform, user: User, job_id: str) -> list[JobEvent]:
+    with p.db.read() as s:
+        _owned(s, user, job_id)
+        return list(s.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
+
+
+def read_log(p: Platform, user: User, job_id: str, offset: int) -> tuple[str, int]:
+    if offset < 0:
+        raise InvalidInput("invalid_offset", "offset must be 0 or more")
+    with p.db.read() as s:
+        _owned(s, user, job_id)
+    try:
+        with open(p.run_dirs / job_id / "output.log", "rb") as f:
+            f.seek(offset)
+            data = f.read(1 << 20)
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", errors="replace"), offset + len(data)
+
+
+def cancel(p: Platform, user: User, job_id: str) -> JobView:
+    """Cancel: a queued job ends at once; a running one is stopped (SIGTERM, then SIGKILL after
+    the stop grace period) and ends as cancelled when its process is gone."""
+    ref: ProcessRef | None = None
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        job = _owned(s, user, job_id)
+        if job.status in TERMINAL:
+            raise Conflict("job_finished", f"job {job_id} already {job.status}; nothing to cancel")
+        job.cancel_requested = True
+        if job.status == QUEUED:
+            transition(s, job, CANCELLED, "cancelled by user", now)
+        elif job.current_instance_id is not None:
+            inst = s.get(Instance, job.current_instance_id)
+            if inst is not None and inst.status == InstanceStatus.RUNNING:
+                ref = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
+    if ref is not None and ref.pid:
+        p.executor.signal_group(ref, signal.SIGTERM)
+    return show(p, user, job_id)
+
+
+def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> None:
+    """Called by reconciliation, in its transaction, when a job's run has ended."""
+    job = s.get(Job, inst.job_id) if inst.job_id else None
+    if job is None or job.current_instance_id != inst.id:
+        return
+    job.current_instance_id = None
+    job.notice_deadline_ms = None
+    job.exit_code = inst.exit_code
+    preempted = job.status == STOPPING
+    if job.cancel_requested:
+        transition(s, job, CANCELLED, "cancelled by user", now_ms)
+    elif preempted:
+        transition(s, job, QUEUED, "preempted; requeued, resumes from DANLU_CHECKPOINT_DIR", now_ms)
+    elif inst.status == InstanceStatus.EXITED and inst.exit_code == 0:
+        transition(s, job, SUCCEEDED, "command exited with code 0", now_ms)
+    elif inst.status == InstanceStatus.EXITED:
+        transition(s, job, FAILED, f"command exited with code {inst.exit_code}", now_ms)
+    elif inst.status == InstanceStatus.LOST and job.attempts < p.settings.job_max_attempts:
+        transition(
+            s,
+            job,
+            QUEUED,
+            f"run lost with its node; retry {job.attempts + 1} of {p.settings.job_max_attempts}, from the checkpoint",
+            now_ms,
+        )
+    elif inst.status == InstanceStatus.LOST:
+        transition(s, job, FAILED, f"run lost {job.attempts} times; giving up", now_ms)
+    else:  # stopped by the platform (e.g. balance exhausted): wait in the queue
+        transition(s, job, QUEUED, f"run stopped: {inst.status_reason}", now_ms)

@@ -1,0 +1,233 @@
+"""The live scheduling round: the same pure core as ``danlu simulate``, on the real clock, with
+the database as its state and the local executor as its hands.
+
+Each round reads the queue, the hosts' free GPUs (interactive rentals simply occupy theirs), the
+running job runs and the prices; asks :func:`danlu.scheduling.core.schedule`; and applies the
+decisions: Start → a job run (an instance on exactly the decided host, model and GPUs, metered
+like any rental at the plan's price); Preempt → a guaranteed notice (SIGTERM + the deadline file,
+then SIGKILL at the deadline; billed at the interruptible price meanwhile); Defer → the reason is
+shown on the job.
+
+Durations: a job's ``--est-duration`` is taken to be measured on its first listed GPU type and
+scaled to the others by FP32 TFLOPS (danlu.scheduling.speed); without one, the operator's
+``job_default_duration_s`` is assumed. Live off-peak tariffs are not configured yet (no tariff rows),
+so live rating equals the on-demand/interruptible price.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from danlu.billing.accounts import currency
+from danlu.billing.pricing import Plan, PriceBook
+from danlu.compute.executor import ProcessRef
+from danlu.compute.instances import begin_notice, launch, launch_env, open_allocation, run_dir
+from danlu.compute.lifecycle import HAS_PROCESS, Status
+from danlu.context import Platform
+from danlu.core.errors import DanluError
+from danlu.db.models import Allocation as AllocationRow
+from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price
+from danlu.scheduling import jobs as jobsvc
+from danlu.scheduling.core import schedule
+from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
+from danlu.scheduling.policies import get_policy
+from danlu.scheduling.speed import durations_from_reference
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoundReport:
+    started: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    deferred: int = 0
+
+
+def _hosts(p: Platform) -> tuple[tuple[Host, ...], dict[str, tuple[int, str]]]:
+    with p.db.read() as s:
+        rows = s.execute(
+            select(Gpu.host_id, Gpu.model, func.count(), func.count(Gpu.allocation_id))
+            .where(Gpu.present.is_(True))
+            .group_by(Gpu.host_id, Gpu.model)
+        ).all()
+    hosts, ids = [], {}
+    for host_id, model, total, busy in rows:
+        key = f"{host_id}/{model}"
+        hosts.append(Host(key, model, int(total), int(total) - int(busy)))
+        ids[key] = (int(host_id), str(model))
+    return tuple(hosts), ids
+
+
+def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
+    hosts, ids = _hosts(p)
+    now = p.clock.now_ms()
+    default_ms = p.settings.job_default_duration_s * 1000
+    with p.db.read() as s:
+        cur = currency(s)
+        price_rows = list(s.scalars(select(Price)))
+        prices: dict[tuple[str, Plan], int] = {}
+        for pr in price_rows:
+            prices[(pr.gpu_model, Plan.ON_DEMAND)] = pr.price_per_hour_minor
+            if pr.interruptible_price_per_hour_minor is not None:
+                prices[(pr.gpu_model, Plan.INTERRUPTIBLE)] = pr.interruptible_price_per_hour_minor
+        models_here = {h.gpu_model for h in hosts}
+        queue = []
+        for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
+            allowed = [t for t in job.gpu_types.split(",") if t] or sorted(models_here)
+            allowed = [m for m in allowed if m in models_here and (m, Plan.ON_DEMAND) in prices]
+            if not allowed:
+                continue
+            est = (job.est_duration_s or 0) * 1000 or default_ms
+            queue.append(
+                JobRequest(
+                    id=job.id,
+                    user=str(job.user_id),
+                    gpus=job.gpus,
+                    submit_ms=job.submit_ms,
+                    durations_ms=durations_from_reference(est, allowed[0], allowed),
+                    priority=job.priority,
+                    interruptible=job.interruptible,
+                    max_price_minor=job.max_price_minor,
+                    deadline_ms=job.deadline_ms,
+                    seq=job.seq,
+                )
+            )
+        running = []
+        for job, inst, alloc in s.execute(
+            select(Job, Instance, AllocationRow)
+            .join(Instance, Instance.id == Job.current_instance_id)
+            .join(AllocationRow, AllocationRow.id == Instance.current_allocation_id)
+            .where(Job.status.in_([jobsvc.RUNNING, jobsvc.STOPPING]))
+        ).all():
+            est = (job.est_duration_s or 0) * 1000 or default_ms
+            running.append(
+                Allocation(
+                    job_id=job.id,
+                    user=str(job.user_id),
+                    host_id=f"{inst.host_id}/{inst.gpu_model}",
+                    gpu_model=inst.gpu_model,
+                    gpus=inst.gpu_count,
+                    start_ms=alloc.started_at_ms,
+                    est_end_ms=max(now + 1000, alloc.started_at_ms + est),
+                    priority=job.priority,
+                    interruptible=job.interruptible,
+                    stopping_at_ms=job.notice_deadline_ms,
+                )
+            )
+    view = ClusterView(
+        now_ms=now,
+        hosts=hosts,
+        queue=tuple(queue),
+        running=tuple(running),
+        prices=PriceBook(cur, prices),
+        notice_ms=p.settings.preempt_notice_s * 1000,
+    )
+    return view, ids
+
+
+def schedule_round(p: Platform) -> RoundReport:
+    """One round; cheap when the queue is empty (one indexed query)."""
+    report = RoundReport()
+    with p.db.read() as s:
+        if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
+            return report
+    view, ids = _view(p)
+    if not view.queue:
+        return report
+    for decision in schedule(view, get_policy(p.settings.scheduler_policy)):
+        try:
+            if isinstance(decision, Start):
+                host_id, model = ids[decision.host_id]
+                start_run(p, decision.job_id, host_id, model, decision.gpus, decision.plan.value, decision.reason)
+                report.started.append(decision.job_id)
+            elif isinstance(decision, Preempt):
+                preempt_run(p, decision.job_id, decision.notice_deadline_ms, decision.reason)
+                report.preempted.append(decision.job_id)
+            elif isinstance(decision, Defer):
+                _note(p, decision.job_id, decision.reason)
+                report.deferred += 1
+        except DanluError as exc:  # e.g. the user's balance no longer covers a minute: wait in the queue
+            _note(p, decision.job_id, f"waiting: {exc.message}")
+    return report
+
+
+def _note(p: Platform, job_id: str, reason: str) -> None:
+    with p.db.write() as s:
+        job = s.get(Job, job_id)
+        if job is not None and job.status == jobsvc.QUEUED and job.status_reason != reason:
+            job.status_reason = reason
+
+
+def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, plan: str, reason: str) -> str:
+    """Start one run of a queued job on exactly the decided host and GPU model."""
+    now = p.clock.now_ms()
+    jdir = jobsvc.job_dir(p, job_id)
+    with p.db.write() as s:
+        job = s.get(Job, job_id)
+        if job is None or job.status != jobsvc.QUEUED:
+            raise DanluError("job_not_queued", f"job {job_id} is no longer queued")
+        inst = Instance(
+            id="i-" + job_id[2:] + f"-{job.attempts + 1}",
+            user_id=job.user_id,
+            job_id=job.id,
+            name=job.id,
+            status=Status.PENDING.value,
+            status_reason=f"run {job.attempts + 1} of job {job.id}",
+            gpu_model=model,
+            gpu_count=gpus,
+            command_json=job.command_json,
+            workspace=str(jdir / "workspace"),
+            created_at_ms=now,
+            updated_at_ms=now,
+        )
+        s.add(inst)
+        s.flush()
+        alloc = open_allocation(p, s, inst, now, plan=plan, host_id=host_id)
+        s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="job run", at_ms=now))
+        job.attempts += 1
+        job.current_instance_id = inst.id
+        if job.first_start_ms is None:
+            job.first_start_ms = now
+        jobsvc.transition(s, job, jobsvc.RUNNING, f"{reason} ({gpus}× {model}, {plan})", now)
+        env = launch_env(s, inst, alloc)
+        env.update(
+            {
+                "DANLU_JOB_ID": job.id,
+                "DANLU_CHECKPOINT_DIR": str(jdir / "checkpoints"),
+                "DANLU_PREEMPT_FILE": str(Path(inst.workspace) / "DANLU_PREEMPT_DEADLINE"),
+                "DANLU_ATTEMPT": str(job.attempts),
+            }
+        )
+        command = json.loads(job.command_json)
+        rdir = run_dir(p, inst)
+        workspace = Path(inst.workspace)
+        instance_id = inst.id
+    (workspace / "DANLU_PREEMPT_DEADLINE").unlink(missing_ok=True)
+    launch(p, instance_id, env, command, workspace, rdir)
+    return instance_id
+
+
+def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None:
+    """Give a running job its notice: it must checkpoint and exit by ``deadline_ms``."""
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        job = s.get(Job, job_id)
+        if job is None or job.status != jobsvc.RUNNING or job.current_instance_id is None:
+            return
+        inst = s.get(Instance, job.current_instance_id)
+        if inst is None or Status(inst.status) not in HAS_PROCESS:
+            return
+        deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
+        ref: ProcessRef = begin_notice(p, s, inst, deadline, f"preempted: {reason}")
+        job.preemptions += 1
+        job.notice_deadline_ms = deadline
+        jobsvc.transition(s, job, jobsvc.STOPPING, f"preempted: {reason}; notice until {deadline}", now)
+    if ref.pid:
+        p.executor.signal_group(ref, signal.SIGTERM)
+    log.info("preempted %s until %s", job_id, deadline_ms)

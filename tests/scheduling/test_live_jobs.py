@@ -1,0 +1,124 @@
+"""Jobs end to end on the live server: real HTTP, real processes, real clock, both databases.
+
+Submit an interruptible job; a high-priority job arrives while every GPU is busy, so the first is
+preempted with the guaranteed notice (SIGTERM + DANLU_PREEMPT_DEADLINE), checkpoints, is requeued,
+resumes from DANLU_CHECKPOINT_DIR after the high-priority job finishes, and both are billed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from danlu.billing import service as billing
+from danlu.core.clock import SystemClock
+from tests.conftest import LiveServer, make_platform, wait_for
+
+RESUMABLE = r"""
+i=$(cat "$DANLU_CHECKPOINT_DIR/step" 2>/dev/null || echo 0)
+echo "attempt $DANLU_ATTEMPT resumes at step $i on $CUDA_VISIBLE_DEVICES"
+save() {
+  echo "$i" > "$DANLU_CHECKPOINT_DIR/step"
+  echo "checkpointed at step $i; deadline $(head -1 "$DANLU_PREEMPT_FILE")"
+}
+trap 'save; exit 0' TERM
+while [ "$i" -lt 12 ]; do i=$((i+1)); echo "$i" > "$DANLU_CHECKPOINT_DIR/step"; sleep 0.25; done
+echo finished
+"""
+
+
+@pytest.fixture
+def jobs_live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    p, token = make_platform(
+        db_url,
+        tmp_path / "data",
+        SystemClock(),
+        spec="T4:2",
+        stop_grace_s=2,
+        tick_interval_s=0.2,
+        meter_interval_s=1.0,
+        preempt_notice_s=3,
+    )
+    billing.set_price(p, "T4", "36.00", interruptible="12.00")
+    with LiveServer(p, token) as srv:
+        yield srv
+    p.db.engine.dispose()
+
+
+def test_preempt_with_notice_then_resume_from_checkpoint(jobs_live: LiveServer) -> None:
+    with jobs_live.new_user("ana") as c:
+        r = c.post("/jobs", json={"command": ["sh", "-c", RESUMABLE], "gpus": 2, "interruptible": True})
+        assert r.status_code == 201, r.text
+        low = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{low}").json()["status"] == "running")
+        wait_for(lambda: "resumes at step 0" in c.get(f"/jobs/{low}/logs").json()["text"])
+        wait_for(
+            lambda: (
+                int((jobs_live.platform.settings.data_dir / "jobs" / low / "checkpoints" / "step").read_text() or 0)
+                >= 3
+            )
+        )
+
+        r = c.post(
+            "/jobs",
+            json={"command": ["sh", "-c", "echo high ran on $CUDA_VISIBLE_DEVICES"], "gpus": 2, "priority": "high"},
+        )
+        high = r.json()["id"]
+        assert r.json()["status"] == "queued"  # every GPU is busy
+        wait_for(lambda: c.get(f"/jobs/{high}").json()["status"] == "succeeded")
+        wait_for(lambda: c.get(f"/jobs/{low}").json()["status"] == "succeeded")
+
+        low_view = c.get(f"/jobs/{low}").json()
+        assert low_view["preemptions"] == 1 and low_view["attempts"] == 2
+        log = c.get(f"/jobs/{low}/logs").json()["text"]
+        assert "checkpointed at step" in log and "deadline 20" in log  # the deadline file's ISO time
+        resumed = [line for line in log.splitlines() if line.startswith("attempt 2 resumes at step")]
+        assert resumed and int(resumed[0].split()[5]) >= 3  # resumed from the checkpoint, not from 0
+        assert log.rstrip().endswith("finished")
+        states = [e["to_status"] for e in c.get(f"/jobs/{low}/events").json()]
+        assert states == ["queued", "running", "stopping", "queued", "running", "succeeded"]
+        assert "high ran on 0,1" in c.get(f"/jobs/{high}/logs").json()["text"]
+
+        costs = [float(c.get(f"/jobs/{j}").json()["cost"]) for j in (low, high)]
+        assert costs[0] > 0
+        wait_for(
+            lambda: (
+                abs(
+                    100.0
+                    - float(c.get("/balance").json()["balance"])
+                    - sum(float(c.get(f"/jobs/{j}").json()["cost"]) for j in (low, high))
+                )
+                < 0.005
+            )
+        )
+        assert c.get("/instances").json() == []  # job runs are not interactive instances
+    total, _ = billing.ledger_totals(jobs_live.platform)
+    assert total == 0
+
+
+def test_job_input_errors_and_cancel(jobs_live: LiveServer) -> None:
+    with jobs_live.new_user("ben") as c, jobs_live.new_user("cat") as other:
+        for body, code in [
+            ({"command": [], "gpus": 1}, "invalid_command"),
+            ({"command": ["true"], "gpus": 0}, "invalid_gpu_count"),
+            ({"command": ["true"], "gpus": 3}, "no_matching_gpus"),
+            ({"command": ["true"], "gpu_types": ["Z9"]}, "unknown_gpu_model"),
+            ({"command": ["true"], "priority": "urgent"}, "invalid_priority"),
+            ({"command": ["true"], "deadline": "tomorrow"}, "invalid_deadline"),
+            ({"command": ["true"], "deadline": "2020-01-01T00:00:00+00:00"}, "invalid_deadline"),
+            ({"command": ["true"], "max_price": "-1"}, "invalid_amount"),
+        ]:
+            r = c.post("/jobs", json=body)
+            assert r.status_code == 422 and r.json()["error"]["code"] == code, (body, r.text)
+        assert c.get("/jobs").json() == []
+        jid = c.post("/jobs", json={"command": ["sleep", "60"], "gpus": 2}).json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] == "running")
+        assert other.get(f"/jobs/{jid}").status_code == 404
+        assert other.post(f"/jobs/{jid}/cancel").status_code == 404
+        assert c.post(f"/jobs/{jid}/cancel").status_code == 200
+        wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] == "cancelled")
+        assert c.post(f"/jobs/{jid}/cancel").json()["error"]["code"] == "job_finished"
+        with jobs_live.admin() as a:
+            assert a.get("/offers").json()[0]["free"] == 2
