@@ -146,6 +146,9 @@ def test_acceptance_contract(server: tuple[str, Path]) -> None:
     quick = json.loads(cli("rent", "--gpu", "T4", "--json", "--", "sh", "-c", "exit 4", token=alice).stdout)
     wait_for(lambda: json.loads(cli("show", quick["id"], "--json", token=alice).stdout)["status"] == "exited")
     assert json.loads(cli("show", quick["id"], "--json", token=alice).stdout)["exit_code"] == 4
+    follow = cli("rent", "--gpu", "T4", "--json", "--", "sh", "-c", "echo one; sleep 1; echo two", token=alice)
+    followed = cli("logs", json.loads(follow.stdout)["id"], "-f", token=alice)  # returns when the command ends
+    assert followed.stdout.split() == ["one", "two"]
 
     bad = cli("rent", "--gpu", "Z9000", "--", "true", ok=False, token=alice)
     assert bad.returncode != 0 and "unknown_gpu_model" in bad.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from danlu.compute.instances import InstanceView
 from danlu.compute.offers import Offer
+from danlu.compute.views import InstanceView
 from danlu.core.clock import iso
 from danlu.core.money import format_minor
 

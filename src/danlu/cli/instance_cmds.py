@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 import typer
 
-from danlu.cli.client import Client
+from danlu.cli.client import Client, follow_log
 from danlu.cli.output import JsonOpt, console, print_json, print_table
 
 COLUMNS = [
@@ -96,19 +94,8 @@ def rm(instance_id: str) -> None:
 def logs(instance_id: str, follow: bool = typer.Option(False, "-f", "--follow")) -> None:
     """Print the instance's captured stdout/stderr (``-f`` follows until it stops running)."""
     client = Client()
-    offset = 0
-    while True:
-        chunk = client.get(f"/instances/{instance_id}/logs", params={"offset": offset})
-        sys.stdout.write(chunk["text"])
-        sys.stdout.flush()
-        offset = chunk["next_offset"]
-        if not follow:
-            return
-        if not chunk["text"]:
-            status = client.get(f"/instances/{instance_id}")["status"]
-            if status not in ("pending", "running", "stopping"):
-                return
-            time.sleep(0.5)
+    path = f"/instances/{instance_id}"
+    follow_log(client, path, follow, lambda: client.get(path)["status"] in ("pending", "running", "stopping"))
 
 
 def events(instance_id: str, as_json: bool = JsonOpt) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 import typer
 
-from danlu.cli.client import Client
+from danlu.cli.client import Client, follow_log
 from danlu.cli.output import JsonOpt, console, print_json, print_table
 
 job_app = typer.Typer(help="Inspect and cancel batch jobs.", no_args_is_help=True)
@@ -92,20 +90,10 @@ def events(job_id: str, as_json: bool = JsonOpt) -> None:
 
 @job_app.command("logs")
 def logs(job_id: str, follow: bool = typer.Option(False, "-f", "--follow")) -> None:
-    """Output of every run of the job (runs append to one log)."""
+    """Output of every run of the job (runs append to one log); ``-f`` follows until it ends."""
     client = Client()
-    offset = 0
-    while True:
-        chunk = client.get(f"/jobs/{job_id}/logs", params={"offset": offset})
-        sys.stdout.write(chunk["text"])
-        sys.stdout.flush()
-        offset = chunk["next_offset"]
-        if not follow:
-            return
-        if not chunk["text"]:
-            if client.get(f"/jobs/{job_id}")["status"] in ("succeeded", "failed", "cancelled"):
-                return
-            time.sleep(0.5)
+    path = f"/jobs/{job_id}"
+    follow_log(client, path, follow, lambda: client.get(path)["status"] not in ("succeeded", "failed", "cancelled"))
 
 
 def register(app: typer.Typer) -> None:

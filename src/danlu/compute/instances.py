@@ -13,47 +13,26 @@ import json
 import secrets
 import shutil
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import currency, lock_user_account, user_account
-from danlu.billing.metering import meter_user, unbilled_minor
-from danlu.billing.rating import billable_seconds, cumulative_cost
+from danlu.billing.accounts import lock_user_account, user_account
+from danlu.billing.metering import meter_user
+from danlu.billing.rating import cumulative_cost
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations
 from danlu.compute.executor import LaunchSpec, ProcessRef
 from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
+from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.core.errors import InsufficientFunds, InvalidInput, NotFound
+from danlu.core.errors import InsufficientFunds, InvalidInput
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
-
-
-@dataclass
-class InstanceView:
-    """What the API and CLI show about an instance, with live cost."""
-
-    id: str
-    name: str
-    status: str
-    status_reason: str
-    gpu_model: str
-    gpu_count: int
-    gpu_indices: list[int]
-    simulated: bool
-    command: list[str]
-    exit_code: int | None
-    billed_seconds: int
-    cost_minor: int
-    price_per_hour_minor: int | None
-    currency: str
-    created_at_ms: int
 
 
 def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms: int, action: str) -> None:
@@ -66,14 +45,6 @@ def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms
     inst.status = to.value
     inst.status_reason = reason
     inst.updated_at_ms = now_ms
-
-
-def get_owned(session: Session, user: User, instance_id: str) -> Instance:
-    inst = session.get(Instance, instance_id)
-    if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED or inst.job_id is not None:
-        # Another tenant's instance is indistinguishable from a missing one.
-        raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
-    return inst
 
 
 def _validate_command(command: list[str]) -> list[str]:
@@ -109,6 +80,29 @@ def price_for_plan(price: Price, plan: str) -> int:
     return price.price_per_hour_minor
 
 
+def _new_allocation(s: Session, inst: Instance, plan: str, rate: int, cur: str, now_ms: int) -> Allocation:
+    """An open allocation for ``inst`` starting now, flushed so it has an id (GPUs not yet bound)."""
+    alloc = Allocation(
+        instance_id=inst.id,
+        user_id=inst.user_id,
+        host_id=None,
+        gpu_model=inst.gpu_model,
+        gpu_count=inst.gpu_count,
+        gpu_indices="",
+        plan=plan,
+        price_per_hour_minor=rate,
+        currency=cur,
+        started_at_ms=now_ms,
+        ended_at_ms=None,
+        billed_until_ms=now_ms,
+        billed_minor=0,
+        settled=False,
+    )
+    s.add(alloc)
+    s.flush()
+    return alloc
+
+
 def open_allocation(
     p: Platform, session: Session, inst: Instance, now_ms: int, *, plan: str = "on-demand", host_id: int | None = None
 ) -> Allocation:
@@ -127,24 +121,7 @@ def open_allocation(
             f"{p.settings.min_prepaid_seconds} s of {inst.gpu_count}× {inst.gpu_model} "
             f"({format_minor(needed, cur)} {cur}); top up first",
         )
-    alloc = Allocation(
-        instance_id=inst.id,
-        user_id=inst.user_id,
-        host_id=None,
-        gpu_model=inst.gpu_model,
-        gpu_count=inst.gpu_count,
-        gpu_indices="",
-        plan=plan,
-        price_per_hour_minor=rate,
-        currency=price.currency,
-        started_at_ms=now_ms,
-        ended_at_ms=None,
-        billed_until_ms=now_ms,
-        billed_minor=0,
-        settled=False,
-    )
-    session.add(alloc)
-    session.flush()
+    alloc = _new_allocation(session, inst, plan, rate, price.currency, now_ms)
     claimed_host, gpus = allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id)
     alloc.host_id = claimed_host
     alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
@@ -297,24 +274,8 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     end_allocation(s, inst, now, release=False)
     price = plan_price(s, inst.gpu_model, "on-demand")
     old = s.get(Allocation, old_id) if old_id is not None else None
-    notice = Allocation(
-        instance_id=inst.id,
-        user_id=inst.user_id,
-        host_id=inst.host_id,
-        gpu_model=inst.gpu_model,
-        gpu_count=inst.gpu_count,
-        gpu_indices=old.gpu_indices if old else "",
-        plan="interruptible",
-        price_per_hour_minor=price_for_plan(price, "interruptible"),
-        currency=price.currency,
-        started_at_ms=now,
-        ended_at_ms=None,
-        billed_until_ms=now,
-        billed_minor=0,
-        settled=False,
-    )
-    s.add(notice)
-    s.flush()
+    notice = _new_allocation(s, inst, "interruptible", price_for_plan(price, "interruptible"), price.currency, now)
+    notice.host_id, notice.gpu_indices = inst.host_id, old.gpu_indices if old else ""
     if old_id is not None:
         s.execute(
             update(Gpu)
@@ -344,87 +305,3 @@ def destroy(p: Platform, user: User, instance_id: str) -> None:
         p.executor.signal_group(ref, signal.SIGKILL)
     shutil.rmtree(p.workspaces / instance_id, ignore_errors=True)
     shutil.rmtree(p.run_dirs / instance_id, ignore_errors=True)
-
-
-def _simulated_models(s: Session) -> set[str]:
-    return set(s.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
-
-
-def _view(
-    s: Session, inst: Instance, allocs: list[Allocation], cur: str, now_ms: int, simulated_models: set[str]
-) -> InstanceView:
-    billed_seconds = sum(
-        billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms) for a in allocs
-    )
-    cost = sum(a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms)) for a in allocs)
-    current = next((a for a in allocs if a.id == inst.current_allocation_id), None)
-    price = s.get(Price, inst.gpu_model)
-    return InstanceView(
-        id=inst.id,
-        name=inst.name,
-        status=inst.status,
-        status_reason=inst.status_reason,
-        gpu_model=inst.gpu_model,
-        gpu_count=inst.gpu_count,
-        gpu_indices=[int(i) for i in current.gpu_indices.split(",") if i] if current else [],
-        simulated=inst.gpu_model in simulated_models,
-        command=json.loads(inst.command_json),
-        exit_code=inst.exit_code,
-        billed_seconds=billed_seconds,
-        cost_minor=cost,
-        price_per_hour_minor=current.price_per_hour_minor
-        if current
-        else (price.price_per_hour_minor if price else None),
-        currency=cur,
-        created_at_ms=inst.created_at_ms,
-    )
-
-
-def show(p: Platform, user: User, instance_id: str) -> InstanceView:
-    with p.db.read() as s:
-        inst = get_owned(s, user, instance_id)
-        allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
-        return _view(s, inst, allocs, currency(s), p.clock.now_ms(), _simulated_models(s))
-
-
-def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> list[InstanceView]:
-    with p.db.read() as s:
-        stmt = (
-            select(Instance)
-            .where(Instance.user_id == user.id, Instance.job_id.is_(None))
-            .order_by(Instance.created_at_ms)
-        )
-        if not include_destroyed:
-            stmt = stmt.where(Instance.status != Status.DESTROYED.value)
-        insts = list(s.scalars(stmt))
-        by_inst: dict[str, list[Allocation]] = {}
-        if insts:
-            ids = [i.id for i in insts]
-            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(ids))):
-                by_inst.setdefault(a.instance_id, []).append(a)
-        cur, now, sim = currency(s), p.clock.now_ms(), _simulated_models(s)
-        return [_view(s, i, by_inst.get(i.id, []), cur, now, sim) for i in insts]
-
-
-def events(p: Platform, user: User, instance_id: str) -> list[InstanceEvent]:
-    with p.db.read() as s:
-        inst = get_owned(s, user, instance_id)
-        return list(
-            s.scalars(select(InstanceEvent).where(InstanceEvent.instance_id == inst.id).order_by(InstanceEvent.id))
-        )
-
-
-def read_log(p: Platform, user: User, instance_id: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
-    """A chunk of the instance's captured stdout/stderr from byte ``offset``; returns (text, next)."""
-    if offset < 0:
-        raise InvalidInput("invalid_offset", "offset must be 0 or more")
-    with p.db.read() as s:
-        get_owned(s, user, instance_id)
-    path = p.run_dirs / instance_id / "output.log"
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(limit)
-    except FileNotFoundError:
-        return "", offset
-    return data.decode("utf-8", errors="replace"), offset + len(data)

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Request, Response
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.schemas import EventOut, InstanceOut, LogChunk, RentRequest
 from danlu.compute import instances as svc
+from danlu.compute import views
 from danlu.core.clock import iso
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -25,12 +26,12 @@ def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request)
 
 @router.get("", response_model=list[InstanceOut])
 def list_instances(p: PlatformDep, user: CurrentUser, all: bool = False) -> list[InstanceOut]:
-    return [InstanceOut.of(v) for v in svc.list_instances(p, user, include_destroyed=all)]
+    return [InstanceOut.of(v) for v in views.list_instances(p, user, include_destroyed=all)]
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)
 def show(instance_id: str, p: PlatformDep, user: CurrentUser) -> InstanceOut:
-    return InstanceOut.of(svc.show(p, user, instance_id))
+    return InstanceOut.of(views.show(p, user, instance_id))
 
 
 @router.post("/{instance_id}/stop", response_model=InstanceOut)
@@ -55,11 +56,11 @@ def destroy(instance_id: str, p: PlatformDep, user: CurrentUser) -> Response:
 def events(instance_id: str, p: PlatformDep, user: CurrentUser) -> list[EventOut]:
     return [
         EventOut(from_status=e.from_status, to_status=e.to_status, reason=e.reason, at=iso(e.at_ms))
-        for e in svc.events(p, user, instance_id)
+        for e in views.events(p, user, instance_id)
     ]
 
 
 @router.get("/{instance_id}/logs", response_model=LogChunk)
 def logs(instance_id: str, p: PlatformDep, user: CurrentUser, offset: int = 0) -> LogChunk:
-    text, nxt = svc.read_log(p, user, instance_id, offset)
+    text, nxt = views.read_log(p, user, instance_id, offset)
     return LogChunk(text=text, next_offset=nxt)

@@ -1,0 +1,131 @@
+"""Read side of instances: what ``ps``, ``show``, ``events`` and ``logs`` see, with live cost.
+Another tenant's instance, and a job's run, are indistinguishable from a missing one (404)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from danlu.billing.accounts import currency
+from danlu.billing.metering import unbilled_minor
+from danlu.billing.rating import billable_seconds
+from danlu.compute.lifecycle import Status
+from danlu.context import Platform
+from danlu.core.errors import InvalidInput, NotFound
+from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
+
+
+@dataclass
+class InstanceView:
+    """What the API and CLI show about an instance, with live cost."""
+
+    id: str
+    name: str
+    status: str
+    status_reason: str
+    gpu_model: str
+    gpu_count: int
+    gpu_indices: list[int]
+    simulated: bool
+    command: list[str]
+    exit_code: int | None
+    billed_seconds: int
+    cost_minor: int
+    price_per_hour_minor: int | None
+    currency: str
+    created_at_ms: int
+
+
+def get_owned(session: Session, user: User, instance_id: str) -> Instance:
+    inst = session.get(Instance, instance_id)
+    if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED or inst.job_id is not None:
+        # Another tenant's instance is indistinguishable from a missing one.
+        raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
+    return inst
+
+
+def _simulated_models(s: Session) -> set[str]:
+    return set(s.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
+
+
+def _view(
+    s: Session, inst: Instance, allocs: list[Allocation], cur: str, now_ms: int, simulated_models: set[str]
+) -> InstanceView:
+    billed_seconds = sum(
+        billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms) for a in allocs
+    )
+    cost = sum(a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms)) for a in allocs)
+    current = next((a for a in allocs if a.id == inst.current_allocation_id), None)
+    price = s.get(Price, inst.gpu_model)
+    return InstanceView(
+        id=inst.id,
+        name=inst.name,
+        status=inst.status,
+        status_reason=inst.status_reason,
+        gpu_model=inst.gpu_model,
+        gpu_count=inst.gpu_count,
+        gpu_indices=[int(i) for i in current.gpu_indices.split(",") if i] if current else [],
+        simulated=inst.gpu_model in simulated_models,
+        command=json.loads(inst.command_json),
+        exit_code=inst.exit_code,
+        billed_seconds=billed_seconds,
+        cost_minor=cost,
+        price_per_hour_minor=current.price_per_hour_minor
+        if current
+        else (price.price_per_hour_minor if price else None),
+        currency=cur,
+        created_at_ms=inst.created_at_ms,
+    )
+
+
+def show(p: Platform, user: User, instance_id: str) -> InstanceView:
+    with p.db.read() as s:
+        inst = get_owned(s, user, instance_id)
+        allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
+        return _view(s, inst, allocs, currency(s), p.clock.now_ms(), _simulated_models(s))
+
+
+def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> list[InstanceView]:
+    with p.db.read() as s:
+        stmt = (
+            select(Instance)
+            .where(Instance.user_id == user.id, Instance.job_id.is_(None))
+            .order_by(Instance.created_at_ms)
+        )
+        if not include_destroyed:
+            stmt = stmt.where(Instance.status != Status.DESTROYED.value)
+        insts = list(s.scalars(stmt))
+        by_inst: dict[str, list[Allocation]] = {}
+        if insts:
+            ids = [i.id for i in insts]
+            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(ids))):
+                by_inst.setdefault(a.instance_id, []).append(a)
+        cur, now, sim = currency(s), p.clock.now_ms(), _simulated_models(s)
+        return [_view(s, i, by_inst.get(i.id, []), cur, now, sim) for i in insts]
+
+
+def events(p: Platform, user: User, instance_id: str) -> list[InstanceEvent]:
+    with p.db.read() as s:
+        inst = get_owned(s, user, instance_id)
+        return list(
+            s.scalars(select(InstanceEvent).where(InstanceEvent.instance_id == inst.id).order_by(InstanceEvent.id))
+        )
+
+
+def read_log(p: Platform, user: User, instance_id: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+    """A chunk of the instance's captured stdout/stderr from byte ``offset``; returns (text, next)."""
+    if offset < 0:
+        raise InvalidInput("invalid_offset", "offset must be 0 or more")
+    with p.db.read() as s:
+        get_owned(s, user, instance_id)
+    path = p.run_dirs / instance_id / "output.log"
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", errors="replace"), offset + len(data)
