@@ -24,6 +24,13 @@ class Settings:
     job_default_duration_s: int = 3600  # backfill estimate for jobs submitted without --est-duration
     job_max_attempts: int = 3  # runs lost with their node are retried this many times in all
 
+    def __post_init__(self) -> None:
+        if self.meter_interval_s >= self.min_prepaid_seconds:
+            raise ValueError(
+                f"meter interval ({self.meter_interval_s} s) must be shorter than the prepaid minimum "
+                f"({self.min_prepaid_seconds} s), or a new rental could run past its balance unmetered"
+            )
+
 
 @dataclass
 class Platform:

@@ -49,3 +49,57 @@ def test_concurrent_debits_never_overdraw(platform: Platform) -> None:
         assert user_account(s, uid).balance_minor == 10
     total, _ = billing.ledger_totals(platform)
     assert total == 0
+
+
+def test_stops_racing_meter_passes_never_deadlock(platform: Platform) -> None:
+    """A stop (user account, then revenue) racing meter passes: every stop succeeds, the books
+    balance. On PostgreSQL this deadlocked while one meter transaction spanned all users."""
+    import threading
+
+    from danlu.compute import instances
+    from danlu.compute.reconcile import meter_all
+    from tests.fakes import RecordingExecutor
+
+    platform.executor = RecordingExecutor()
+    billing.set_price(platform, "T4", "36.00")
+    billing.set_price(platform, "A100-80GB", "36.00")
+    users = []
+    for i in range(4):
+        with platform.db.write() as s:
+            user, _ = create_user(s, f"racer{i}", 0)
+            s.expunge(user)
+        billing.admin_topup(platform, f"racer{i}", "100.00", f"seed{i}")
+        users.append(user)
+    rented = [
+        (u, instances.rent(platform, u, "T4" if i % 2 else "A100-80GB", 1, ["x"]).id) for i, u in enumerate(users)
+    ]
+    clock = platform.clock
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def meter_loop() -> None:
+        while not done.is_set():
+            clock.advance(seconds=1)  # type: ignore[attr-defined]
+            try:
+                meter_all(platform)
+            except BaseException as exc:
+                errors.append(exc)
+
+    def stopper(user: object, iid: str) -> None:
+        try:
+            instances.stop(platform, user, iid)  # type: ignore[arg-type]
+        except BaseException as exc:
+            errors.append(exc)
+
+    meter = threading.Thread(target=meter_loop)
+    meter.start()
+    stops = [threading.Thread(target=stopper, args=pair) for pair in rented]
+    for t in stops:
+        t.start()
+    for t in stops:
+        t.join()
+    done.set()
+    meter.join()
+    assert errors == []
+    total, _ = billing.ledger_totals(platform)
+    assert total == 0

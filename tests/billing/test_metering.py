@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,23 @@ def test_unsettled_allocations_survive_a_new_platform_object(
     with p.db.read() as s:
         alloc = s.scalars(select(Allocation)).one()
         assert alloc.billed_minor == 2
+
+
+def test_usage_rows_tile_every_allocation_even_when_seconds_cost_nothing(p: Platform, fake_clock: FakeClock) -> None:
+    """T4 at 3.60/h is 0.1 fen per second: most 1-second ticks rate 0 fen, yet every second is recorded."""
+    user = renter(p, "tia", "10.00")
+    inst = instances.rent(p, user, "T4", 1, ["x"])
+    for _ in range(25):
+        fake_clock.advance(seconds=1)
+        meter_all(p)
+    instances.stop(p, user, inst.id)
+    with p.db.read() as s:
+        alloc = s.scalars(select(Allocation)).one()
+        rows = s.scalars(select(UsageRecord).order_by(UsageRecord.start_ms)).all()
+        assert rows[0].start_ms == alloc.started_at_ms and rows[-1].end_ms == alloc.ended_at_ms
+        assert all(a.end_ms == b.start_ms for a, b in pairwise(rows))
+        assert sum(r.amount_minor for r in rows) == alloc.billed_minor == 3  # 2.5 fen, rounded once, half up
+        assert any(r.transaction_id is None for r in rows) and all(
+            (r.transaction_id is None) == (r.amount_minor == 0) for r in rows
+        )
+    assert_ledger_consistent(p)

@@ -6,8 +6,9 @@ One call meters a set of allocations of one user in the caller's transaction:
 * the charge is the difference of the cumulative rating (danlu.billing.rating), so ticks never
   accumulate rounding and a second is never billed twice;
 * each allocation's mark moves with a guarded ``UPDATE ... WHERE billed_until_ms = :old`` and each
-  charged interval is a ``usage_records`` row unique on (allocation, start): a crashed, retried or
-  concurrent tick collides instead of double-charging;
+  metered interval is a ``usage_records`` row unique on (allocation, start) — also when it rated 0
+  minor units, so the rows tile the allocation — and a crashed, retried or concurrent tick collides
+  instead of double-charging;
 * if the user's balance plus credit limit cannot cover the charge, usage is billed only up to the
   latest instant it covers, the user's allocations are ended there, and the caller is told the
   user is exhausted so it stops their instances. Nothing is ever charged beyond the balance.
@@ -119,15 +120,14 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
             raise Conflict("meter_race", f"allocation {a.id} was metered concurrently; retry the tick")
-        if charges[a.id] > 0:
-            assert tx_id is not None
+        if new_until > a.billed_until_ms:  # every second is recorded, charged or not
             rows.append(
                 {
                     "allocation_id": a.id,
                     "start_ms": a.billed_until_ms,
                     "end_ms": new_until,
                     "amount_minor": charges[a.id],
-                    "transaction_id": tx_id,
+                    "transaction_id": tx_id if charges[a.id] > 0 else None,
                 }
             )
     if rows:

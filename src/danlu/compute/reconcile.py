@@ -121,43 +121,49 @@ class MeterReport:
 
 
 def meter_all(p: Platform) -> MeterReport:
-    """Post all unbilled usage; stop every running instance of a user whose balance ran out."""
+    """Post all unbilled usage; stop every running instance of a user whose balance ran out.
+
+    Each user is metered in a transaction of its own, so the shared revenue account's row lock is
+    held only for one user's posting: a concurrent stop (user account, then revenue) can never wait
+    on a meter pass that holds revenue while waiting for that user (a PostgreSQL deadlock otherwise).
+    """
     report = MeterReport()
     now = p.clock.now_ms()
-    with p.db.write() as s:
+    with p.db.read() as s:
         by_user = open_allocations_by_user(s)
-        report.users = len(by_user)
-        for user_id, allocs in by_user.items():
-            try:
-                with s.begin_nested():
-                    result = meter_user(s, user_id, allocs, now)
-            except Conflict as exc:  # a concurrent stop metered these first; next tick retries
-                log.warning("meter skipped user %s: %s", user_id, exc.message)
-                continue
-            report.charged_minor += result.charged_minor
-            if result.exhausted:
-                report.exhausted_users.append(user_id)
-        # Predict the next exhaustion so the loop meters that user then, not a tick later.
-        remaining = open_allocations_by_user(s, list(by_user)) if by_user else {}
-        if remaining:
-            ids = list(remaining)
-            balances = {
-                uid: bal
-                for uid, bal in s.execute(
-                    select(Account.user_id, Account.balance_minor).where(
-                        Account.kind == "user", Account.user_id.in_(ids)
-                    )
-                )
-            }
-            limits = s.execute(select(User.id, User.credit_limit_minor).where(User.id.in_(ids)))
-            credit = {uid: lim for uid, lim in limits}
-            for user_id, allocs in remaining.items():
-                t = exhaustion_ms(allocs, balances.get(user_id, 0), credit.get(user_id, 0), now)
-                if t is not None and (report.next_exhaustion_ms is None or t < report.next_exhaustion_ms):
-                    report.next_exhaustion_ms = t
+    report.users = len(by_user)
+    for user_id, allocs in by_user.items():
+        try:
+            with p.db.write() as s:
+                result = meter_user(s, user_id, [s.merge(a, load=False) for a in allocs], now)
+        except Conflict as exc:  # a concurrent stop metered these first; the next pass retries
+            log.warning("meter skipped user %s: %s", user_id, exc.message)
+            continue
+        report.charged_minor += result.charged_minor
+        if result.exhausted:
+            report.exhausted_users.append(user_id)
+    report.next_exhaustion_ms = _next_exhaustion(p, now)
     for user_id in report.exhausted_users:
         stop_all_for_exhausted(p, user_id)
     return report
+
+
+def _next_exhaustion(p: Platform, now: int) -> int | None:
+    """When the first user's balance (plus credit) will run out at current burn, so the loop meters
+    that user then, not at the next interval."""
+    with p.db.read() as s:
+        remaining = open_allocations_by_user(s)
+        if not remaining:
+            return None
+        ids = list(remaining)
+        balances = dict(
+            s.execute(
+                select(Account.user_id, Account.balance_minor).where(Account.kind == "user", Account.user_id.in_(ids))
+            ).all()
+        )
+        credit = dict(s.execute(select(User.id, User.credit_limit_minor).where(User.id.in_(ids))).all())
+    times = [exhaustion_ms(a, balances.get(u, 0), credit.get(u, 0), now) for u, a in remaining.items()]
+    return min((t for t in times if t is not None), default=None)
 
 
 def stop_all_for_exhausted(p: Platform, user_id: int) -> None:

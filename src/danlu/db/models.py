@@ -180,7 +180,9 @@ class UsageRecord(Base):
     start_ms: Mapped[int] = mapped_column(BigInteger)
     end_ms: Mapped[int] = mapped_column(BigInteger)
     amount_minor: Mapped[int] = mapped_column(BigInteger)
-    transaction_id: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.id"))
+    # NULL when the interval rated 0 minor units (e.g. a few seconds of a cheap GPU): the seconds
+    # are still recorded, so usage intervals tile every allocation with no gap.
+    transaction_id: Mapped[int | None] = mapped_column(ForeignKey("ledger_transactions.id"), nullable=True)
 
 
 class Job(Base):

@@ -23,8 +23,9 @@ class ControlLoop:
         self.ticks = 0
 
     def wake(self) -> None:
-        """Ask for a meter pass soon (a rental changed what a user burns per second)."""
-        self.next_meter_ms = 0
+        """Run a tick now (a job was submitted, GPUs may have changed hands). It does not force a
+        meter pass: a new rental is covered for ``min_prepaid_seconds``, longer than the meter
+        interval (checked in Settings), so the next regular pass sees it before it can run dry."""
         self._wake.set()
 
     def run_once(self) -> None:
