@@ -47,19 +47,29 @@ def get_owned(session: Session, user: User, instance_id: str) -> Instance:
     return inst
 
 
-def _simulated_models(s: Session) -> set[str]:
-    return set(s.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
+@dataclass(frozen=True)
+class _Context:
+    """What every row of a listing shares, read once per request."""
+
+    currency: str
+    now_ms: int
+    simulated_models: frozenset[str]
+    prices: dict[str, int]
+
+    @classmethod
+    def read(cls, s: Session, now_ms: int) -> _Context:
+        simulated = frozenset(s.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
+        prices = {m: v for m, v in s.execute(select(Price.gpu_model, Price.price_per_hour_minor)).all()}
+        return cls(currency(s), now_ms, simulated, prices)
 
 
-def _view(
-    s: Session, inst: Instance, allocs: list[Allocation], cur: str, now_ms: int, simulated_models: set[str]
-) -> InstanceView:
+def _view(inst: Instance, allocs: list[Allocation], ctx: _Context) -> InstanceView:
+    now_ms = ctx.now_ms
     billed_seconds = sum(
         billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms) for a in allocs
     )
     cost = sum(a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms)) for a in allocs)
     current = next((a for a in allocs if a.id == inst.current_allocation_id), None)
-    price = s.get(Price, inst.gpu_model)
     return InstanceView(
         id=inst.id,
         name=inst.name,
@@ -68,15 +78,13 @@ def _view(
         gpu_model=inst.gpu_model,
         gpu_count=inst.gpu_count,
         gpu_indices=[int(i) for i in current.gpu_indices.split(",") if i] if current else [],
-        simulated=inst.gpu_model in simulated_models,
+        simulated=inst.gpu_model in ctx.simulated_models,
         command=json.loads(inst.command_json),
         exit_code=inst.exit_code,
         billed_seconds=billed_seconds,
         cost_minor=cost,
-        price_per_hour_minor=current.price_per_hour_minor
-        if current
-        else (price.price_per_hour_minor if price else None),
-        currency=cur,
+        price_per_hour_minor=current.price_per_hour_minor if current else ctx.prices.get(inst.gpu_model),
+        currency=ctx.currency,
         created_at_ms=inst.created_at_ms,
     )
 
@@ -85,7 +93,7 @@ def show(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.read() as s:
         inst = get_owned(s, user, instance_id)
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
-        return _view(s, inst, allocs, currency(s), p.clock.now_ms(), _simulated_models(s))
+        return _view(inst, allocs, _Context.read(s, p.clock.now_ms()))
 
 
 def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> list[InstanceView]:
@@ -103,8 +111,8 @@ def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> 
             ids = [i.id for i in insts]
             for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(ids))):
                 by_inst.setdefault(a.instance_id, []).append(a)
-        cur, now, sim = currency(s), p.clock.now_ms(), _simulated_models(s)
-        return [_view(s, i, by_inst.get(i.id, []), cur, now, sim) for i in insts]
+        ctx = _Context.read(s, p.clock.now_ms())
+        return [_view(i, by_inst.get(i.id, []), ctx) for i in insts]
 
 
 def events(p: Platform, user: User, instance_id: str) -> list[InstanceEvent]:

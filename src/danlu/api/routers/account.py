@@ -12,12 +12,12 @@ router = APIRouter(tags=["account"])
 
 
 @router.get("/me", response_model=UserOut)
-def me(user: CurrentUser) -> UserOut:
+async def me(user: CurrentUser) -> UserOut:
     return UserOut(name=user.name, is_admin=user.is_admin)
 
 
 @router.get("/balance", response_model=BalanceOut)
-def balance(p: PlatformDep, user: CurrentUser) -> BalanceOut:
+async def balance(p: PlatformDep, user: CurrentUser) -> BalanceOut:
     return BalanceOut(**billing.balance(p, user).as_dict())
 
 

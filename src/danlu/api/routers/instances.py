@@ -25,12 +25,14 @@ def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request)
 
 
 @router.get("", response_model=list[InstanceOut])
-def list_instances(p: PlatformDep, user: CurrentUser, all: bool = False) -> list[InstanceOut]:
+async def list_instances(  # reads only: served on the event loop (see api/deps.py)
+    p: PlatformDep, user: CurrentUser, all: bool = False
+) -> list[InstanceOut]:
     return [InstanceOut.of(v) for v in views.list_instances(p, user, include_destroyed=all)]
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)
-def show(instance_id: str, p: PlatformDep, user: CurrentUser) -> InstanceOut:
+async def show(instance_id: str, p: PlatformDep, user: CurrentUser) -> InstanceOut:
     return InstanceOut.of(views.show(p, user, instance_id))
 
 

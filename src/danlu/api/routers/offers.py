@@ -10,7 +10,7 @@ router = APIRouter(tags=["offers"])
 
 
 @router.get("/offers", response_model=list[OfferOut])
-def get_offers(
+async def get_offers(  # reads only: served on the event loop (see api/deps.py)
     p: PlatformDep,
     _user: CurrentUser,
     gpu: str | None = None,
