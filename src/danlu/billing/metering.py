@@ -17,8 +17,9 @@ One call meters a set of allocations of one user in the caller's transaction:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import idempotency_key, lock_user_account, post, system_account, user_account
@@ -98,28 +99,23 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
         )
         tx_id = tx.id
     rows = []
+    moves = []
     for a in allocations:
         new_until = targets[a.id]
         # An exhausted user's allocations all end (for billing) where the balance ran out.
-        ended_here = exhausted
-        settled = ended_here or (a.ended_at_ms is not None and new_until >= a.ended_at_ms)
+        settled = exhausted or (a.ended_at_ms is not None and new_until >= a.ended_at_ms)
         if new_until == a.billed_until_ms and not settled:
             continue
-        values: dict[str, object] = {
-            "billed_until_ms": new_until,
-            "billed_minor": Allocation.billed_minor + charges[a.id],
-            "settled": settled,
-        }
-        if ended_here:
-            values["ended_at_ms"] = new_until
-        result = session.execute(
-            update(Allocation)
-            .where(Allocation.id == a.id, Allocation.billed_until_ms == a.billed_until_ms)
-            .values(**values)
-            .execution_options(synchronize_session=False)
+        moves.append(
+            {
+                "b_id": a.id,
+                "b_old": a.billed_until_ms,
+                "b_until": new_until,
+                "b_charge": charges[a.id],
+                "b_settled": settled,
+                "b_ended": new_until if exhausted else a.ended_at_ms,
+            }
         )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise Conflict("meter_race", f"allocation {a.id} was metered concurrently; retry the tick")
         if new_until > a.billed_until_ms:  # every second is recorded, charged or not
             rows.append(
                 {
@@ -130,6 +126,23 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
                     "transaction_id": tx_id if charges[a.id] > 0 else None,
                 }
             )
+    if moves:
+        # One executemany for all of the user's allocations; each row is still guarded by its old
+        # mark, and the summed row count (both drivers report it for executemany) must match.
+        table = cast(Table, Allocation.__table__)
+        result = session.connection().execute(
+            update(table)
+            .where(table.c.id == bindparam("b_id"), table.c.billed_until_ms == bindparam("b_old"))
+            .values(
+                billed_until_ms=bindparam("b_until"),
+                billed_minor=table.c.billed_minor + bindparam("b_charge"),
+                settled=bindparam("b_settled"),
+                ended_at_ms=bindparam("b_ended"),
+            ),
+            moves,
+        )
+        if result.rowcount != len(moves):
+            raise Conflict("meter_race", "these allocations were metered concurrently; retry the tick")
     if rows:
         session.execute(insert(UsageRecord), rows)
     for a in allocations:
