@@ -13,7 +13,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 
 from danlu.advisor import service
@@ -53,6 +52,8 @@ def _source(text: str) -> None:
 def _remote(body: dict[str, Any], url: str) -> dict[str, Any]:
     token = os.environ.get("DANLU_TOKEN", "")
     endpoint = url.rstrip("/") + "/api/v1/advice"
+    import httpx  # only when a server is asked
+
     try:
         resp = httpx.post(endpoint, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
     except httpx.HTTPError as exc:

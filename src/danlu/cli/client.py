@@ -11,8 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from danlu.cli.output import fail
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -49,12 +47,15 @@ class Client:
         self.url = (url or os.environ.get("DANLU_URL") or cfg.get("url") or DEFAULT_URL).rstrip("/")
         self.token = token or os.environ.get("DANLU_TOKEN") or cfg.get("token")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        import httpx  # imported on use: it is most of a CLI command's start-up time
+
+        self._httpx = httpx
         self._http = httpx.Client(base_url=self.url + "/api/v1", headers=headers, timeout=60)
 
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 204), **kw: Any) -> Any:
         try:
             resp = self._http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
+        except self._httpx.HTTPError as exc:
             fail(f"cannot reach the danlu server at {self.url} ({exc}); start it with `make run` or set DANLU_URL")
         if resp.status_code not in ok:
             try:
