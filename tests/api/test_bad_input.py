@@ -16,6 +16,7 @@ def snapshot(live: LiveServer, c: httpx.Client) -> tuple[object, ...]:
     ("body", "status", "code"),
     [
         ({"gpu_model": "Z9000", "command": ["true"]}, 422, "unknown_gpu_model"),
+        ({"gpu_model": "H100-80GB", "command": ["true"]}, 409, "model_not_offered"),
         ({"gpu_model": "T4", "gpu_count": 0, "command": ["true"]}, 422, "invalid_gpu_count"),
         ({"gpu_model": "T4", "gpu_count": -1, "command": ["true"]}, 422, "invalid_gpu_count"),
         ({"gpu_model": "T4", "gpu_count": 3, "command": ["true"]}, 422, "count_exceeds_host"),

@@ -49,6 +49,8 @@ def jobs_live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
 
 def test_preempt_with_notice_then_resume_from_checkpoint(jobs_live: LiveServer) -> None:
     with jobs_live.new_user("ana") as c:
+        offer = c.get("/offers").json()[0]
+        assert (offer["price_per_hour"], offer["interruptible_price_per_hour"]) == ("36.00", "12.00")
         r = c.post("/jobs", json={"command": ["sh", "-c", RESUMABLE], "gpus": 2, "interruptible": True})
         assert r.status_code == 201, r.text
         low = r.json()["id"]

@@ -28,12 +28,15 @@ class OfferOut(BaseModel):
     total: int
     max_per_host: int
     price_per_hour: str | None
+    interruptible_price_per_hour: str | None
     currency: str
     simulated: bool
 
     @classmethod
     def of(cls, o: Offer) -> OfferOut:
         price = None if o.price_per_hour_minor is None else format_minor(o.price_per_hour_minor, o.currency)
+        spot = o.interruptible_price_per_hour_minor
+        spot_text = None if spot is None else format_minor(spot, o.currency)
         return cls(
             gpu_model=o.gpu_model,
             vram_gb=o.vram_gb,
@@ -41,6 +44,7 @@ class OfferOut(BaseModel):
             total=o.total,
             max_per_host=o.max_per_host,
             price_per_hour=price,
+            interruptible_price_per_hour=spot_text,
             currency=o.currency,
             simulated=o.simulated,
         )

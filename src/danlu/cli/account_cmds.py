@@ -51,6 +51,7 @@ def offers(
     for r in rows:
         r["gpus"] = f"{r['free']}/{r['total']} free"
         r["price"] = f"{r['price_per_hour']} {r['currency']}/GPU-h" if r["price_per_hour"] else "not priced yet"
+        r["spot"] = r["interruptible_price_per_hour"] or "-"
         r["kind"] = "SIMULATED" if r["simulated"] else "real"
     print_table(
         rows,
@@ -60,6 +61,7 @@ def offers(
             ("gpus", "GPUs"),
             ("max_per_host", "max/host"),
             ("price", "price"),
+            ("spot", "interruptible"),
             ("kind", "kind"),
         ],
     )

@@ -79,7 +79,8 @@ def claim(
         raise NoCapacity("no_capacity", f"another rental took the free {gpu_model} GPUs; try again")
     raise NoCapacity(
         "no_capacity",
-        f"only {free} of {total} {gpu_model} GPUs are free and {count} are needed on one host; "
+        f"only {free} of {total} {gpu_model} GPUs are free and {count} {'is' if count == 1 else 'are'} "
+        "needed on one host; "
         "try fewer GPUs, another model (`danlu offers`), or later",
         free=free,
         total=total,

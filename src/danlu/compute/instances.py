@@ -28,7 +28,7 @@ from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.core.errors import InsufficientFunds, InvalidInput
+from danlu.core.errors import InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
@@ -108,6 +108,8 @@ def open_allocation(
 ) -> Allocation:
     """Claim GPUs for ``inst`` at the current price of ``plan``, after checking the user's
     balance (plus credit limit) covers ``min_prepaid_seconds`` of it."""
+    if allocations.capacity(session, inst.gpu_model)[1] == 0:
+        raise NoCapacity("model_not_offered", f"this platform has no {inst.gpu_model} GPUs; see `danlu offers`")
     price = plan_price(session, inst.gpu_model, plan)
     rate = price_for_plan(price, plan)
     acct = user_account(session, inst.user_id)

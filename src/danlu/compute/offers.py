@@ -25,6 +25,7 @@ class Offer:
     price_per_hour_minor: int | None
     currency: str
     simulated: bool
+    interruptible_price_per_hour_minor: int | None = None
 
 
 def list_offers(
@@ -49,12 +50,16 @@ def list_offers(
             .where(Gpu.present.is_(True))
             .group_by(Gpu.model, Gpu.host_id, Gpu.simulated)
         ).all()
-        prices = {pr.gpu_model: pr.price_per_hour_minor for pr in s.scalars(select(Price))}
+        price_rows = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
+        prices = {m: pr.price_per_hour_minor for m, pr in price_rows.items()}
+        spot = {m: pr.interruptible_price_per_hour_minor for m, pr in price_rows.items()}
     table = gpu_models()
     agg: dict[str, Offer] = {}
     for model, _host, total, busy, vram_mb, simulated in rows:
         vram_gb = table[model].vram_gb if model in table else int(vram_mb) // 1024
-        o = agg.setdefault(model, Offer(model, vram_gb, 0, 0, 0, prices.get(model), cur, bool(simulated)))
+        o = agg.setdefault(
+            model, Offer(model, vram_gb, 0, 0, 0, prices.get(model), cur, bool(simulated), spot.get(model))
+        )
         o.free += total - busy
         o.total += total
         o.max_per_host = max(o.max_per_host, total)

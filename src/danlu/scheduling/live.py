@@ -30,6 +30,7 @@ from danlu.compute.executor import ProcessRef
 from danlu.compute.instances import begin_notice, launch, launch_env, open_allocation, run_dir
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.context import Platform
+from danlu.core.clock import iso
 from danlu.core.errors import DanluError
 from danlu.db.models import Allocation as AllocationRow
 from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price
@@ -227,7 +228,7 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
         ref: ProcessRef = begin_notice(p, s, inst, deadline, f"preempted: {reason}")
         job.preemptions += 1
         job.notice_deadline_ms = deadline
-        jobsvc.transition(s, job, jobsvc.STOPPING, f"preempted: {reason}; notice until {deadline}", now)
+        jobsvc.transition(s, job, jobsvc.STOPPING, f"preempted: {reason}; notice until {iso(deadline)}", now)
     if ref.pid:
         p.executor.signal_group(ref, signal.SIGTERM)
     log.info("preempted %s until %s", job_id, deadline_ms)
