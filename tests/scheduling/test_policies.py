@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import time
 from decimal import Decimal
 
@@ -140,3 +141,36 @@ def test_a_running_job_migrates_with_notice_to_a_faster_type_that_frees_and_fini
     assert [m for m, _, _ in runs[:1]] == ["K80"] and runs[-1][0] == "V100"
     assert runs[-1][1] >= runs[0][2]  # never on two types at once: the move waits for the stop
     assert state.end_ms is not None and state.end_ms - NOW < 5 * H  # vs 8 h on the K80, 5 h waiting
+
+
+def test_closed_batch_runs_longest_first_but_a_growing_queue_stays_shortest_first() -> None:
+    from danlu.scheduling.policies import batch_horizon
+
+    hosts = [Host("v0", "V100", 1, 1)]
+    short = job(0, durations_ms={"V100": H})
+    long = job(1, durations_ms={"V100": 3 * H})
+    # fresh arrivals, backlog (4 h) shorter than twice the longest job (6 h): shortest first
+    fresh = view(hosts, [short, long])
+    assert batch_horizon(fresh, POLICIES["danlu"]) is None
+    assert set(starts(schedule(fresh, POLICIES["danlu"]))) == {"j0"}
+    # the same queue after nothing has arrived for as long as its longest job: a closed batch,
+    # longest first so the last finish is early
+    quiet = ClusterView(now_ms=NOW + 3 * H, hosts=tuple(hosts), queue=(short, long), running=(), prices=BOOK)
+    batch = batch_horizon(quiet, POLICIES["danlu"])
+    assert batch is not None and batch.horizon_ms == NOW + 3 * H + 4 * H
+    assert set(starts(schedule(quiet, POLICIES["danlu"]))) == {"j1"}
+    # a deep backlog (>= 2 x the longest job) is a batch too; the switch can be turned off
+    deep = view(hosts, [job(i, durations_ms={"V100": H}) for i in range(6)] + [job(9, durations_ms={"V100": 3 * H})])
+    assert set(starts(schedule(deep, POLICIES["danlu"]))) == {"j9"}
+    off = replace(POLICIES["danlu"], batch_lpt=False)
+    assert set(starts(schedule(deep, off))) == {"j0"}
+
+
+def test_in_a_closed_batch_slow_gpus_go_to_the_jobs_that_lose_least_on_them() -> None:
+    hosts = [Host("k0", "K80", 1, 1), Host("v0", "V100", 1, 1)]
+    # a closed batch (nothing new for 10 h); both finish soonest on the V100, but j0 loses 4x on
+    # a K80 and j1 only 4 %: j1 (longest first) takes the K80, which leaves the V100 to j0
+    j0 = job(0, durations_ms={"K80": 8 * H, "V100": 2 * H}, submit_ms=NOW - 10 * H)
+    j1 = job(1, durations_ms={"K80": 26 * H // 10, "V100": 25 * H // 10}, submit_ms=NOW - 10 * H)
+    picks = starts(schedule(view(hosts, [j0, j1]), POLICIES["danlu"]))
+    assert (picks["j0"].gpu_model, picks["j1"].gpu_model) == ("V100", "K80")

@@ -11,6 +11,7 @@ over-allocated because starts are checked against the real free count first.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from danlu.scheduling.model import Allocation
 from danlu.scheduling.placement import FreeIndex
@@ -79,6 +80,16 @@ class Timeline:
                 if start == self.now:
                     break
         return best
+
+    def surely_blocked(self, models: list[str], gpus: int, durations_ms: Mapping[str, int]) -> bool:
+        """True when :meth:`startable_now` would return None for every one of ``models`` (from
+        its two cheap checks alone: a known no-fit for the gang size, or no host with room)."""
+        no_fit = self._no_fit
+        for model in models:
+            bad = no_fit.get((model, gpus))
+            if (bad is None or durations_ms[model] < bad) and self.index.largest_free(model) >= gpus:
+                return False
+        return True
 
     def startable_now(self, model: str, gpus: int, duration_ms: int) -> str | None:
         """A host of ``model`` where the gang fits now without breaking any reservation."""
