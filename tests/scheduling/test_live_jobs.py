@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from danlu.accounts.service import create_user
 from danlu.billing import service as billing
+from danlu.compute.reconcile import reconcile
+from danlu.context import Platform
 from danlu.core.clock import SystemClock
+from danlu.scheduling import jobs
+from danlu.scheduling.live import schedule_round
 from tests.conftest import LiveServer, make_platform, wait_for
+from tests.fakes import RecordingExecutor
 
 RESUMABLE = r"""
 i=$(cat "$DANLU_CHECKPOINT_DIR/step" 2>/dev/null || echo 0)
@@ -124,3 +130,29 @@ def test_job_input_errors_and_cancel(jobs_live: LiveServer) -> None:
         assert c.post(f"/jobs/{jid}/cancel").json()["error"]["code"] == "job_finished"
         with jobs_live.admin() as a:
             assert a.get("/offers").json()[0]["free"] == 2
+
+
+def test_a_run_lost_with_its_node_is_retried_then_given_up(platform: Platform) -> None:
+    """Retries on node loss: a run whose process vanishes (no exit status) is requeued from its
+    checkpoint, up to job_max_attempts runs in all; then the job fails. Fake executor, both DBs."""
+    p = platform
+    p.executor = executor = RecordingExecutor()
+    billing.set_price(p, "T4", "3.60")
+    with p.db.write() as s:
+        user, _ = create_user(s, "lou", 0)
+        s.expunge(user)
+    billing.admin_topup(p, "lou", "10.00", "seed")
+    job = jobs.submit(p, user, ["train"], gpus=1, gpu_types=["T4"])
+    for attempt in range(1, p.settings.job_max_attempts + 1):
+        assert schedule_round(p).started == [job.id]
+        view = jobs.show(p, user, job.id)
+        assert (view.status, view.attempts) == ("running", attempt)
+        env = executor.launched[-1].env
+        assert env["DANLU_ATTEMPT"] == str(attempt) and env["DANLU_CHECKPOINT_DIR"].endswith("checkpoints")
+        executor.die(max(executor.alive_pids))  # the node vanished: no exit status
+        reconcile(p)
+        view = jobs.show(p, user, job.id)
+        expected = "queued" if attempt < p.settings.job_max_attempts else "failed"
+        assert view.status == expected, view.status_reason
+    assert "giving up" in jobs.show(p, user, job.id).status_reason
+    assert schedule_round(p).started == []
