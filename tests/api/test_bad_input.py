@@ -91,3 +91,15 @@ def test_insufficient_balance_to_rent(live: LiveServer) -> None:
         assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds"
         assert "top up" in r.json()["error"]["message"]
         assert c.get("/instances").json() == []
+
+
+def test_gpu_quota_over_http(live: LiveServer) -> None:
+    with live.new_user("quinn") as c, live.admin() as a:
+        r = a.put("/admin/users/quinn/gpu-quota", json={"gpus": -1})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_quota"
+        assert a.put("/admin/users/quinn/gpu-quota", json={"gpus": 1}).json() == {"name": "quinn", "gpus": 1}
+        r = c.post("/instances", json={"gpu_model": "T4", "gpu_count": 2, "command": ["true"]})
+        assert r.status_code == 429 and r.json()["error"]["code"] == "gpu_quota_exceeded"
+        assert c.get("/instances").json() == []
+        assert a.put("/admin/users/quinn/gpu-quota", json={"gpus": None}).json()["gpus"] is None
+        assert c.put("/admin/users/quinn/gpu-quota", json={"gpus": 9}).status_code == 403

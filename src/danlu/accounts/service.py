@@ -69,3 +69,14 @@ def get_user_by_name(session: Session, name: str) -> User:
     if user is None:
         raise NotFound("user_not_found", f"no user named {name!r}; list users with `danlu admin user list`")
     return user
+
+
+def set_gpu_quota(session: Session, name: str, gpus: int | None) -> User:
+    """Limit how many GPUs ``name`` may hold at once (None removes the limit). Running work is not
+    touched: a quota below what the user holds only stops new claims."""
+    if gpus is not None and (isinstance(gpus, bool) or gpus < 0):
+        raise InvalidInput("invalid_quota", "a GPU quota is a whole number of GPUs, 0 or more (or null for none)")
+    user = get_user_by_name(session, name)
+    user.gpu_quota = gpus
+    session.flush()
+    return user

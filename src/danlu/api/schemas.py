@@ -147,3 +147,12 @@ class GpuOut(BaseModel):
     simulated: bool
     present: bool
     instance_id: str | None
+
+
+class QuotaIn(Strict):
+    gpus: int | None
+
+
+class QuotaOut(BaseModel):
+    name: str
+    gpus: int | None

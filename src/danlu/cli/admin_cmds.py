@@ -7,7 +7,7 @@ import uuid
 import typer
 
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, console, print_json, print_table
+from danlu.cli.output import JsonOpt, console, fail, print_json, print_table
 
 admin_app = typer.Typer(help="Operator commands (need the admin token).", no_args_is_help=True)
 user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
@@ -60,6 +60,24 @@ def credit_limit(name: str, amount: str, as_json: bool = JsonOpt) -> None:
         print_json(data)
     else:
         console.print(f"{name}: credit limit {data['credit_limit']} {data['currency']}")
+
+
+@admin_app.command("quota")
+def quota(
+    name: str, gpus: str = typer.Argument(..., help="GPUs NAME may hold at once, or 'none'."), as_json: bool = JsonOpt
+) -> None:
+    """Cap how many GPUs NAME may hold at once (rentals and job runs together)."""
+    if gpus.lower() == "none":
+        value = None
+    elif gpus.isdigit():
+        value = int(gpus)
+    else:
+        fail(f"GPUS must be a whole number or 'none', not {gpus!r}", "invalid_quota")
+    data = Client().put(f"/admin/users/{name}/gpu-quota", json={"gpus": value})
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"{data['name']}: GPU quota {data['gpus'] if data['gpus'] is not None else 'none'}")
 
 
 @admin_app.command("gpus")

@@ -25,6 +25,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations
 from danlu.compute.executor import LaunchSpec, ProcessRef
 from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
+from danlu.compute.quotas import check_quota
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -108,6 +109,8 @@ def open_allocation(
 ) -> Allocation:
     """Claim GPUs for ``inst`` at the current price of ``plan``, after checking the user's
     balance (plus credit limit) covers ``min_prepaid_seconds`` of it."""
+    if inst.job_id is None:  # job runs are kept within quota by the scheduler
+        check_quota(session, inst.user_id, inst.gpu_count)
     if allocations.capacity(session, inst.gpu_model)[1] == 0:
         raise NoCapacity("model_not_offered", f"this platform has no {inst.gpu_model} GPUs; see `danlu offers`")
     price = plan_price(session, inst.gpu_model, plan)

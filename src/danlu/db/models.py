@@ -45,6 +45,8 @@ class User(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     credit_limit_minor: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Most GPUs this user may hold at once, rentals and job runs together; NULL = no limit.
+    gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 

@@ -28,7 +28,7 @@ from danlu.compute.executor import ProcessRef
 from danlu.compute.instances import request_stop
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.context import Platform
-from danlu.core.errors import Conflict, InvalidInput, NotFound
+from danlu.core.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
 from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
 from danlu.scheduling.model import PRIORITIES
@@ -110,6 +110,11 @@ def submit(
     with p.db.write() as s:
         cur = currency(s)
         max_minor = parse_amount(max_price, cur, field="max price") if max_price is not None else None
+        quota = s.execute(select(User.gpu_quota).where(User.id == user.id)).scalar_one()
+        if quota is not None and gpus > quota:
+            raise QuotaExceeded(
+                "gpu_quota_exceeded", f"this job needs {gpus} GPUs and your GPU quota is {quota}; ask for fewer"
+            )
         priced = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
         candidates = types or sorted(priced)
         if interruptible:

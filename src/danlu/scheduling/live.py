@@ -23,19 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.compute.executor import ProcessRef
 from danlu.compute.instances import begin_notice, launch, launch_env, open_allocation, run_dir
 from danlu.compute.lifecycle import HAS_PROCESS, Status
+from danlu.compute.quotas import gpus_held
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError
 from danlu.db.models import Allocation as AllocationRow
-from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price
+from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price, User
 from danlu.scheduling import jobs as jobsvc
 from danlu.scheduling.core import schedule
+from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
 from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
 from danlu.scheduling.policies import get_policy
 from danlu.scheduling.speed import durations_from_reference
@@ -121,6 +124,7 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
                     stopping_at_ms=job.notice_deadline_ms,
                 )
             )
+        quotas, usage = _quotas(s), _usage(s, now)
     view = ClusterView(
         now_ms=now,
         hosts=hosts,
@@ -128,8 +132,38 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
         running=tuple(running),
         prices=PriceBook(cur, prices),
         notice_ms=p.settings.preempt_notice_s * 1000,
+        quotas_gpus=quotas,
+        usage=usage,
     )
     return view, ids
+
+
+def _quotas(s: Session) -> dict[str, int]:
+    """What is left of each user's GPU quota for job runs once their rentals are counted."""
+    out = {}
+    for user_id, quota in s.execute(select(User.id, User.gpu_quota).where(User.gpu_quota.is_not(None))).all():
+        out[str(user_id)] = max(0, (quota or 0) - gpus_held(s, user_id, jobs=False))
+    return out
+
+
+def _usage(s: Session, now: int) -> dict[str, float]:
+    """Fair-share usage: GPU-hours of every allocation (rentals and jobs) in the last two half-lives,
+    each weighted by 0.5 ** (age of its midpoint / half-life), like Slurm's decayed usage."""
+    since = now - 2 * DEFAULT_HALF_LIFE_MS
+    rows = s.execute(
+        select(
+            AllocationRow.user_id, AllocationRow.gpu_count, AllocationRow.started_at_ms, AllocationRow.ended_at_ms
+        ).where((AllocationRow.ended_at_ms.is_(None)) | (AllocationRow.ended_at_ms > since))
+    ).all()
+    usage: dict[str, float] = {}
+    for user_id, gpus, start, end in rows:
+        begin, finish = max(start, since), min(end if end is not None else now, now)
+        if finish <= begin:
+            continue
+        age = now - (begin + finish) / 2
+        hours = gpus * (finish - begin) / 3_600_000 * 0.5 ** (age / DEFAULT_HALF_LIFE_MS)
+        usage[str(user_id)] = usage.get(str(user_id), 0.0) + hours
+    return usage
 
 
 def schedule_round(p: Platform) -> RoundReport:

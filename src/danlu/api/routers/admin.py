@@ -5,9 +5,20 @@ from typing import Annotated
 from fastapi import APIRouter, Header
 from sqlalchemy import select
 
-from danlu.accounts.service import create_user
+from danlu.accounts.service import create_user, set_gpu_quota
 from danlu.api.deps import AdminUser, PlatformDep
-from danlu.api.schemas import AmountIn, BalanceOut, GpuOut, PriceIn, PriceOut, TopupOut, UserCreate, UserOut
+from danlu.api.schemas import (
+    AmountIn,
+    BalanceOut,
+    GpuOut,
+    PriceIn,
+    PriceOut,
+    QuotaIn,
+    QuotaOut,
+    TopupOut,
+    UserCreate,
+    UserOut,
+)
 from danlu.billing import service as billing
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Host, User
@@ -43,6 +54,13 @@ def topup(
 @router.put("/users/{name}/credit-limit", response_model=BalanceOut)
 def credit_limit(name: str, body: AmountIn, p: PlatformDep, _admin: AdminUser) -> BalanceOut:
     return BalanceOut(**billing.set_credit_limit(p, name, body.amount).as_dict())
+
+
+@router.put("/users/{name}/gpu-quota", response_model=QuotaOut)
+def gpu_quota(name: str, body: QuotaIn, p: PlatformDep, _admin: AdminUser) -> QuotaOut:
+    with p.db.write() as s:
+        user = set_gpu_quota(s, name, body.gpus)
+        return QuotaOut(name=user.name, gpus=user.gpu_quota)
 
 
 @router.get("/gpus", response_model=list[GpuOut])

@@ -1,0 +1,41 @@
+"""Per-user GPU quotas: the most GPUs a user may hold at once, interactive rentals and job runs
+together. Checked when a rental or a restart claims GPUs; the scheduler gets what is left of each
+quota after the user's rentals (danlu.scheduling.live)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from danlu.core.errors import QuotaExceeded
+from danlu.db.models import Allocation, Gpu, Instance, User
+
+
+def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None) -> int:
+    """GPUs bound to the user's allocations now (``jobs``: only job runs / only rentals / both)."""
+    stmt = (
+        select(func.count(Gpu.id))
+        .join(Allocation, Allocation.id == Gpu.allocation_id)
+        .join(Instance, Instance.id == Allocation.instance_id)
+        .where(Allocation.user_id == user_id)
+    )
+    if jobs is True:
+        stmt = stmt.where(Instance.job_id.is_not(None))
+    elif jobs is False:
+        stmt = stmt.where(Instance.job_id.is_(None))
+    return int(session.execute(stmt).scalar_one())
+
+
+def check_quota(session: Session, user_id: int, more_gpus: int) -> None:
+    quota = session.execute(select(User.gpu_quota).where(User.id == user_id)).scalar_one()
+    if quota is None:
+        return
+    held = gpus_held(session, user_id)
+    if held + more_gpus > quota:
+        raise QuotaExceeded(
+            "gpu_quota_exceeded",
+            f"your GPU quota is {quota} and you hold {held}; {more_gpus} more would exceed it. "
+            "Stop or remove an instance, or ask your operator to raise the quota",
+            quota=quota,
+            held=held,
+        )

@@ -1,0 +1,72 @@
+"""Per-user GPU quotas across rentals and jobs, and fair-share usage fed to the live round."""
+
+from __future__ import annotations
+
+import pytest
+
+from danlu.accounts.service import create_user, set_gpu_quota
+from danlu.billing import service as billing
+from danlu.compute import instances
+from danlu.context import Platform
+from danlu.core.clock import FakeClock
+from danlu.core.errors import QuotaExceeded
+from danlu.db.models import User
+from danlu.scheduling import jobs
+from danlu.scheduling.live import _usage, schedule_round
+from tests.fakes import RecordingExecutor
+
+
+@pytest.fixture
+def p(platform: Platform) -> Platform:
+    platform.executor = RecordingExecutor()
+    billing.set_price(platform, "T4", "3.60")
+    billing.set_price(platform, "A100-80GB", "36.00")
+    return platform
+
+
+def renter(p: Platform, name: str, quota: int | None) -> User:
+    with p.db.write() as s:
+        user, _ = create_user(s, name, 0)
+        set_gpu_quota(s, name, quota)
+        s.expunge(user)
+    billing.admin_topup(p, name, "100.00", f"seed-{name}")
+    return user
+
+
+def test_rentals_and_jobs_share_one_gpu_quota(p: Platform) -> None:
+    user = renter(p, "qui", 2)
+    rental = instances.rent(p, user, "T4", 1, ["x"])
+    with pytest.raises(QuotaExceeded) as err:
+        instances.rent(p, user, "A100-80GB", 2, ["y"])
+    assert err.value.code == "gpu_quota_exceeded" and "quota is 2" in err.value.message
+    with pytest.raises(QuotaExceeded):
+        jobs.submit(p, user, ["train"], gpus=3)
+    job = jobs.submit(p, user, ["train"], gpus=2, gpu_types=["A100-80GB"])
+    assert schedule_round(p).started == []  # 1 rented + 2 would exceed the quota of 2
+    assert "quota" in jobs.show(p, user, job.id).status_reason
+    instances.destroy(p, user, rental.id)
+    assert schedule_round(p).started == [job.id]
+    with pytest.raises(QuotaExceeded):
+        instances.rent(p, user, "T4", 1, ["z"])  # the job's 2 GPUs count too
+
+
+def test_no_quota_means_no_limit(p: Platform) -> None:
+    user = renter(p, "una", None)
+    for _ in range(2):
+        instances.rent(p, user, "T4", 1, ["x"])
+    instances.rent(p, user, "A100-80GB", 2, ["y"])
+
+
+def test_fair_share_usage_decays_and_covers_rentals_and_jobs(p: Platform, fake_clock: FakeClock) -> None:
+    heavy = renter(p, "heavy", None)
+    light = renter(p, "light", None)
+    inst = instances.rent(p, heavy, "A100-80GB", 2, ["x"])
+    fake_clock.advance(seconds=3600)
+    instances.destroy(p, heavy, inst.id)
+    with p.db.read() as s:
+        usage = _usage(s, fake_clock.now_ms())
+    assert usage[str(heavy.id)] == pytest.approx(2.0, rel=0.01)  # 2 GPU-hours, barely decayed
+    assert str(light.id) not in usage
+    fake_clock.advance(seconds=7 * 24 * 3600)  # one half-life later
+    with p.db.read() as s:
+        assert _usage(s, fake_clock.now_ms())[str(heavy.id)] == pytest.approx(1.0, rel=0.01)
