@@ -70,3 +70,48 @@ def test_fair_share_usage_decays_and_covers_rentals_and_jobs(p: Platform, fake_c
     fake_clock.advance(seconds=7 * 24 * 3600)  # one half-life later
     with p.db.read() as s:
         assert _usage(s, fake_clock.now_ms())[str(heavy.id)] == pytest.approx(1.0, rel=0.01)
+
+
+def test_interruptible_rentals_are_preempted_with_notice_on_demand_ones_never(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    import signal
+    from pathlib import Path
+
+    from danlu.compute.reconcile import reconcile
+    from danlu.compute.views import show
+
+    billing.set_price(p, "T4", "3.60", interruptible="1.20")
+    user = renter(p, "ivy", None)
+    spot = instances.rent(p, user, "T4", 2, ["notebook"], interruptible=True)
+    steady = instances.rent(p, user, "A100-80GB", 2, ["train"])
+    assert (spot.interruptible, spot.price_per_hour_minor, steady.interruptible) == (True, 120, False)
+    urgent_t4 = jobs.submit(p, user, ["urgent"], gpus=2, gpu_types=["T4"], priority="high")
+    urgent_a100 = jobs.submit(p, user, ["urgent"], gpus=2, gpu_types=["A100-80GB"], priority="high")
+
+    report = schedule_round(p)
+    assert report.preempted == [spot.id] and report.started == []  # the on-demand rental is never a victim
+    view = show(p, user, spot.id)
+    assert view.status == "stopping" and "preempted" in view.status_reason
+    deadline_file = Path(p.workspaces / spot.id / "DANLU_PREEMPT_DEADLINE")
+    deadline_s = int(deadline_file.read_text().split()[1])
+    assert deadline_s * 1000 >= fake_clock.now_ms() + p.settings.preempt_notice_s * 1000 - 1000
+    executor = p.executor
+    assert isinstance(executor, RecordingExecutor)
+    assert executor.signals[-1][1] == signal.SIGTERM
+
+    executor.die(executor.signals[-1][0])  # the notebook saved its work and exited
+    reconcile(p)
+    assert show(p, user, spot.id).status == "stopped"
+    assert schedule_round(p).started == [urgent_t4.id]
+    assert jobs.show(p, user, urgent_a100.id).status == "queued"
+    assert show(p, user, steady.id).status == "running"
+
+
+def test_interruptible_rental_needs_an_interruptible_price(p: Platform) -> None:
+    from danlu.core.errors import InvalidInput
+
+    user = renter(p, "jon", None)
+    with pytest.raises(InvalidInput) as err:
+        instances.rent(p, user, "A100-80GB", 1, ["x"], interruptible=True)
+    assert err.value.code == "no_interruptible_price"

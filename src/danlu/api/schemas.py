@@ -19,6 +19,7 @@ class RentRequest(Strict):
     gpu_count: int = 1
     command: list[str]
     name: str = ""
+    interruptible: bool = False
 
 
 class OfferOut(BaseModel):
@@ -59,6 +60,7 @@ class InstanceOut(BaseModel):
     gpu_count: int
     gpu_indices: list[int]
     simulated: bool
+    interruptible: bool
     command: list[str]
     exit_code: int | None
     billed_seconds: int
@@ -79,6 +81,7 @@ class InstanceOut(BaseModel):
             gpu_count=v.gpu_count,
             gpu_indices=v.gpu_indices,
             simulated=v.simulated,
+            interruptible=v.interruptible,
             command=v.command,
             exit_code=v.exit_code,
             billed_seconds=v.billed_seconds,

@@ -35,10 +35,14 @@ def rent(
     gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. A100-80GB (see `danlu offers`)."),
     count: int = typer.Option(1, "--count", help="Number of GPUs, all on one host."),
     name: str = typer.Option("", "--name"),
+    interruptible: bool = typer.Option(
+        False, "--interruptible", help="Cheaper; jobs may preempt it, always with notice (SIGTERM + deadline file)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Rent COUNT GPUs and run COMMAND on exactly them. Billing is per second."""
-    v = Client().post("/instances", json={"gpu_model": gpu, "gpu_count": count, "command": command, "name": name})
+    body = {"gpu_model": gpu, "gpu_count": count, "command": command, "name": name, "interruptible": interruptible}
+    v = Client().post("/instances", json=body)
     if as_json:
         print_json(v)
     else:

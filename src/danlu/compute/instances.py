@@ -34,6 +34,7 @@ from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
+PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
 
 
 def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms: int, action: str) -> None:
@@ -135,6 +136,10 @@ def open_allocation(
     return alloc
 
 
+def rental_plan(inst: Instance) -> str:
+    return "interruptible" if inst.interruptible else "on-demand"
+
+
 def run_dir(p: Platform, inst: Instance) -> Path:
     """Where a run's output log and exit status live: per job for job runs (logs accumulate
     across requeues), per instance otherwise."""
@@ -152,6 +157,8 @@ def launch_env(session: Session, inst: Instance, alloc: Allocation) -> dict[str,
         "DANLU_INSTANCE_ID": inst.id,
         "DANLU_GPU_MODEL": inst.gpu_model,
         "DANLU_GPUS_SIMULATED": "1" if simulated else "0",
+        # Where a preemption notice appears (interruptible rentals and job runs): the deadline.
+        "DANLU_PREEMPT_FILE": str(Path(inst.workspace) / PREEMPT_FILE),
     }
 
 
@@ -196,7 +203,15 @@ def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bo
         inst.current_allocation_id = None
 
 
-def rent(p: Platform, user: User, gpu_model: str, gpu_count: int, command: list[str], name: str = "") -> InstanceView:
+def rent(
+    p: Platform,
+    user: User,
+    gpu_model: str,
+    gpu_count: int,
+    command: list[str],
+    name: str = "",
+    interruptible: bool = False,
+) -> InstanceView:
     """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them."""
     model = resolve_model(gpu_model).name
     if not isinstance(gpu_count, int) or gpu_count <= 0:
@@ -211,6 +226,7 @@ def rent(p: Platform, user: User, gpu_model: str, gpu_count: int, command: list[
             id=instance_id,
             user_id=user.id,
             name=name,
+            interruptible=interruptible,
             status=Status.PENDING.value,
             status_reason="created",
             gpu_model=model,
@@ -222,9 +238,10 @@ def rent(p: Platform, user: User, gpu_model: str, gpu_count: int, command: list[
         )
         s.add(inst)
         s.flush()
-        alloc = open_allocation(p, s, inst, now)
+        alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
         env = launch_env(s, inst, alloc)
+    (p.workspaces / instance_id / PREEMPT_FILE).unlink(missing_ok=True)
     launch(p, instance_id, env, command, p.workspaces / instance_id, p.run_dirs / instance_id)
     return show(p, user, instance_id)
 
@@ -236,11 +253,12 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id)
         check_transition(Status(inst.status), Status.PENDING, "start")
-        alloc = open_allocation(p, s, inst, now)
+        alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         inst.exit_code = None
         transition(s, inst, Status.PENDING, "start requested", now, "start")
         env = launch_env(s, inst, alloc)
         command = json.loads(inst.command_json)
+    (p.workspaces / instance_id / PREEMPT_FILE).unlink(missing_ok=True)
     launch(p, instance_id, env, command, p.workspaces / instance_id, p.run_dirs / instance_id)
     return show(p, user, instance_id)
 
@@ -263,9 +281,6 @@ def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: 
     end_allocation(s, inst, now, release=False)  # GPUs are freed when the process is gone
     inst.kill_after_ms = now + grace_s * 1000
     return ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
-
-
-PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
 
 
 def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reason: str) -> ProcessRef:

@@ -30,6 +30,7 @@ class InstanceView:
     gpu_count: int
     gpu_indices: list[int]
     simulated: bool
+    interruptible: bool
     command: list[str]
     exit_code: int | None
     billed_seconds: int
@@ -79,6 +80,7 @@ def _view(inst: Instance, allocs: list[Allocation], ctx: _Context) -> InstanceVi
         gpu_count=inst.gpu_count,
         gpu_indices=[int(i) for i in current.gpu_indices.split(",") if i] if current else [],
         simulated=inst.gpu_model in ctx.simulated_models,
+        interruptible=inst.interruptible,
         command=json.loads(inst.command_json),
         exit_code=inst.exit_code,
         billed_seconds=billed_seconds,

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -121,6 +122,8 @@ class Instance(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     # Set when this instance is one run of a batch job (hidden from `ps`; the job owns it).
     job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
+    # Rented at the interruptible price: the scheduler may preempt it, always with notice.
+    interruptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     name: Mapped[str] = mapped_column(String(64), default="")
     status: Mapped[str] = mapped_column(String(16), index=True)
     status_reason: Mapped[str] = mapped_column(Text, default="")

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.compute.executor import ProcessRef
-from danlu.compute.instances import begin_notice, launch, launch_env, open_allocation, run_dir
+from danlu.compute.instances import PREEMPT_FILE, begin_notice, launch, launch_env, open_allocation, run_dir
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
 from danlu.context import Platform
@@ -39,7 +39,7 @@ from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price, User
 from danlu.scheduling import jobs as jobsvc
 from danlu.scheduling.core import schedule
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
-from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
+from danlu.scheduling.model import PRIORITY_NORMAL, Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
 from danlu.scheduling.policies import get_policy
 from danlu.scheduling.speed import durations_from_reference
 
@@ -124,6 +124,7 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
                     stopping_at_ms=job.notice_deadline_ms,
                 )
             )
+        running.extend(_interruptible_rentals(s, now, default_ms))
         quotas, usage = _quotas(s), _usage(s, now)
     view = ClusterView(
         now_ms=now,
@@ -136,6 +137,36 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
         usage=usage,
     )
     return view, ids
+
+
+def _interruptible_rentals(s: Session, now: int, default_ms: int) -> list[Allocation]:
+    """Interruptible interactive rentals, as the core sees them: preemptible (with notice) by any
+    non-interruptible job of normal or high priority. Their id is the instance id."""
+    out = []
+    for inst, alloc in s.execute(
+        select(Instance, AllocationRow)
+        .join(AllocationRow, AllocationRow.id == Instance.current_allocation_id)
+        .where(
+            Instance.interruptible.is_(True),
+            Instance.job_id.is_(None),
+            Instance.status.in_([Status.RUNNING.value, Status.STOPPING.value]),
+        )
+    ).all():
+        out.append(
+            Allocation(
+                job_id=inst.id,
+                user=str(inst.user_id),
+                host_id=f"{inst.host_id}/{inst.gpu_model}",
+                gpu_model=inst.gpu_model,
+                gpus=inst.gpu_count,
+                start_ms=alloc.started_at_ms,
+                est_end_ms=now + default_ms,
+                priority=PRIORITY_NORMAL,
+                interruptible=True,
+                stopping_at_ms=inst.kill_after_ms if inst.status == Status.STOPPING.value else None,
+            )
+        )
+    return out
 
 
 def _quotas(s: Session) -> dict[str, int]:
@@ -182,7 +213,8 @@ def schedule_round(p: Platform) -> RoundReport:
                 start_run(p, decision.job_id, host_id, model, decision.gpus, decision.plan.value, decision.reason)
                 report.started.append(decision.job_id)
             elif isinstance(decision, Preempt):
-                preempt_run(p, decision.job_id, decision.notice_deadline_ms, decision.reason)
+                preempt = preempt_rental if decision.job_id.startswith("i-") else preempt_run
+                preempt(p, decision.job_id, decision.notice_deadline_ms, decision.reason)
                 report.preempted.append(decision.job_id)
             elif isinstance(decision, Defer):
                 _note(p, decision.job_id, decision.reason)
@@ -235,7 +267,6 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
             {
                 "DANLU_JOB_ID": job.id,
                 "DANLU_CHECKPOINT_DIR": str(jdir / "checkpoints"),
-                "DANLU_PREEMPT_FILE": str(Path(inst.workspace) / "DANLU_PREEMPT_DEADLINE"),
                 "DANLU_ATTEMPT": str(job.attempts),
             }
         )
@@ -243,7 +274,7 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
         rdir = run_dir(p, inst)
         workspace = Path(inst.workspace)
         instance_id = inst.id
-    (workspace / "DANLU_PREEMPT_DEADLINE").unlink(missing_ok=True)
+    (workspace / PREEMPT_FILE).unlink(missing_ok=True)
     launch(p, instance_id, env, command, workspace, rdir)
     return instance_id
 
@@ -266,3 +297,17 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
     if ref.pid:
         p.executor.signal_group(ref, signal.SIGTERM)
     log.info("preempted %s until %s", job_id, deadline_ms)
+
+
+def preempt_rental(p: Platform, instance_id: str, deadline_ms: int, reason: str) -> None:
+    """Give an interruptible rental its notice; it ends ``stopped`` (workspace kept, restartable)."""
+    now = p.clock.now_ms()
+    with p.db.write() as s:
+        inst = s.get(Instance, instance_id)
+        if inst is None or not inst.interruptible or inst.status != Status.RUNNING.value:
+            return
+        deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
+        ref = begin_notice(p, s, inst, deadline, f"preempted: {reason}; notice until {iso(deadline)}")
+    if ref.pid:
+        p.executor.signal_group(ref, signal.SIGTERM)
+    log.info("preempted rental %s until %s", instance_id, iso(deadline))
