@@ -26,7 +26,8 @@ def test_runs_in_its_workspace_with_the_given_gpus_and_records_exit(tmp_path: Pa
     wait_for(lambda: not ex.alive(ref))
     info = ex.exit_info(tmp_path / "run")
     assert info is not None and info.code == 7
-    assert before <= info.ended_ms <= time.time_ns() // 1_000_000
+    # File times come from the kernel's coarse clock (a jiffy behind time_ns at most).
+    assert before - 20 <= info.ended_ms <= time.time_ns() // 1_000_000
     log = (tmp_path / "run" / "output.log").read_text()
     assert "gpus=2,3" in log and str(tmp_path / "ws") in log
 

@@ -110,6 +110,7 @@ def open_allocation(
 ) -> Allocation:
     """Claim GPUs for ``inst`` at the current price of ``plan``, after checking the user's
     balance (plus credit limit) covers ``min_prepaid_seconds`` of it."""
+    lock_user_account(session, inst.user_id)  # serialises this user's claims: quota and balance checks hold
     if inst.job_id is None:  # job runs are kept within quota by the scheduler
         check_quota(session, inst.user_id, inst.gpu_count)
     if allocations.capacity(session, inst.gpu_model)[1] == 0:
@@ -173,16 +174,35 @@ def launch(
     except OSError as exc:
         ref, error = None, str(exc)
     now = p.clock.now_ms()
+    kill = term = False
     with p.db.write() as s:
-        inst = s.get(Instance, instance_id)
+        inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
         assert inst is not None
         if ref is None:
-            end_allocation(s, inst, now)
-            transition(s, inst, Status.LOST, f"could not start the process: {error}", now, "launch")
+            if inst.status == Status.PENDING:
+                end_allocation(s, inst, now)
+                transition(s, inst, Status.LOST, f"could not start the process: {error}", now, "launch")
             return
-        inst.pid, inst.proc_start_ticks, inst.last_seen_alive_ms = ref.pid, ref.start_ticks, now
-        inst.kill_after_ms = None
-        transition(s, inst, Status.RUNNING, "process started", now, "launch")
+        alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
+        if inst.status != Status.PENDING:
+            kill = True  # destroyed (or stopped) while the process was being started: it must not run
+        elif alloc is None or alloc.settled:
+            # The balance ran out while the process was starting: the meter ended this allocation.
+            kill = True
+            end_allocation(s, inst, now)
+            transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
+        else:
+            inst.pid, inst.proc_start_ticks, inst.last_seen_alive_ms = ref.pid, ref.start_ticks, now
+            inst.kill_after_ms = None
+            transition(s, inst, Status.RUNNING, "process started", now, "launch")
+            if inst.job_id is not None:
+                from danlu.scheduling.jobs import stop_if_cancelled  # jobs build on instances
+
+                term = stop_if_cancelled(p, s, inst) is not None
+    if kill:
+        p.executor.signal_group(ref, signal.SIGKILL)
+    elif term:
+        p.executor.signal_group(ref, signal.SIGTERM)
 
 
 def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:
@@ -251,7 +271,7 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     Never runs on fewer GPUs: if not enough are free it fails and nothing changes."""
     now = p.clock.now_ms()
     with p.db.write() as s:
-        inst = get_owned(s, user, instance_id)
+        inst = get_owned(s, user, instance_id, for_update=True)
         check_transition(Status(inst.status), Status.PENDING, "start")
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         inst.exit_code = None
@@ -266,7 +286,7 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
 def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
     """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period."""
     with p.db.write() as s:
-        inst = get_owned(s, user, instance_id)
+        inst = get_owned(s, user, instance_id, for_update=True)
         ref = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s)
     if ref.pid:
         p.executor.signal_group(ref, signal.SIGTERM)
@@ -315,7 +335,7 @@ def destroy(p: Platform, user: User, instance_id: str) -> None:
     """End billing, kill the process group, free the GPUs, delete the workspace."""
     now = p.clock.now_ms()
     with p.db.write() as s:
-        inst = get_owned(s, user, instance_id)
+        inst = get_owned(s, user, instance_id, for_update=True)
         had_process = Status(inst.status) in HAS_PROCESS
         ref = ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
         if inst.current_allocation_id is not None:

@@ -11,8 +11,9 @@ from danlu.core.errors import QuotaExceeded
 from danlu.db.models import Allocation, Gpu, Instance, User
 
 
-def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None) -> int:
-    """GPUs bound to the user's allocations now (``jobs``: only job runs / only rentals / both)."""
+def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, interruptible: bool | None = None) -> int:
+    """GPUs bound to the user's allocations now (``jobs``: only job runs / only rentals / both;
+    ``interruptible``: only interruptible rentals / only the others / both)."""
     stmt = (
         select(func.count(Gpu.id))
         .join(Allocation, Allocation.id == Gpu.allocation_id)
@@ -23,6 +24,8 @@ def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None) -> in
         stmt = stmt.where(Instance.job_id.is_not(None))
     elif jobs is False:
         stmt = stmt.where(Instance.job_id.is_(None))
+    if interruptible is not None:
+        stmt = stmt.where(Instance.interruptible.is_(interruptible))
     return int(session.execute(stmt).scalar_one())
 
 

@@ -70,7 +70,11 @@ def reconcile(p: Platform) -> TickReport:
                 .execution_options(synchronize_session=False)
             )
     for inst_id in dead:
-        finished = _finish(p, inst_id, now)
+        try:
+            finished = _finish(p, inst_id, now)
+        except Exception:  # one bad row must not stop the loop (metering, scheduling, other exits)
+            log.exception("could not finish instance %s; retrying next tick", inst_id)
+            continue
         if finished:
             report.finished[inst_id] = finished
     return report
@@ -78,15 +82,18 @@ def reconcile(p: Platform) -> TickReport:
 
 def _finish(p: Platform, inst_id: str, now: int) -> str | None:
     with p.db.write() as s:
-        inst = s.get(Instance, inst_id)
-        if inst is None or Status(inst.status) not in HAS_PROCESS:
+        inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+        if inst is None or Status(inst.status) not in HAS_PROCESS or inst.pid is None:
             return None
         info = p.executor.exit_info(run_dir(p, inst))
         ref = ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
         if info is not None:
             inst.exit_code = info.code
         if inst.status == Status.STOPPING:
-            end_allocation(s, inst, now)
+            # A user's stop ended billing at the request already; a preemption notice bills until
+            # the process really ended (its exit time, else the last time it was seen alive).
+            seen = inst.last_seen_alive_ms or now
+            end_allocation(s, inst, min(info.ended_ms if info is not None else seen, now))
             transition(s, inst, Status.STOPPED, "process ended after stop", now, "finish")
         elif info is not None:
             end_allocation(s, inst, min(info.ended_ms, now))
@@ -170,7 +177,10 @@ def stop_all_for_exhausted(p: Platform, user_id: int) -> None:
     refs: list[ProcessRef] = []
     with p.db.write() as s:
         insts = s.scalars(
-            select(Instance).where(Instance.user_id == user_id, Instance.status.in_([Status.RUNNING.value]))
+            select(Instance)
+            .where(Instance.user_id == user_id, Instance.status.in_([Status.RUNNING.value]))
+            .order_by(Instance.id)
+            .with_for_update()
         ).all()
         for inst in insts:
             refs.append(

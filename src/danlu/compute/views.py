@@ -40,8 +40,10 @@ class InstanceView:
     created_at_ms: int
 
 
-def get_owned(session: Session, user: User, instance_id: str) -> Instance:
-    inst = session.get(Instance, instance_id)
+def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
+    """The user's instance; ``for_update`` locks its row for the rest of the transaction (every
+    write path does, so concurrent start/stop/rm of one instance are serialised on PostgreSQL)."""
+    inst = session.get(Instance, instance_id, with_for_update=for_update, populate_existing=for_update)
     if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED or inst.job_id is not None:
         # Another tenant's instance is indistinguishable from a missing one.
         raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")

@@ -152,8 +152,8 @@ def submit(
     return show(p, user, job_id)
 
 
-def _owned(s: Session, user: User, job_id: str) -> Job:
-    job = s.get(Job, job_id)
+def _owned(s: Session, user: User, job_id: str, *, for_update: bool = False) -> Job:
+    job = s.get(Job, job_id, with_for_update=for_update, populate_existing=for_update)
     if job is None or job.user_id != user.id:
         raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
     return job
@@ -234,16 +234,17 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
     ref: ProcessRef | None = None
     now = p.clock.now_ms()
     with p.db.write() as s:
-        job = _owned(s, user, job_id)
+        job = _owned(s, user, job_id, for_update=True)
         if job.status in TERMINAL:
             raise Conflict("job_finished", f"job {job_id} already {job.status}; nothing to cancel")
         job.cancel_requested = True
         if job.status == QUEUED:
             transition(s, job, CANCELLED, "cancelled by user", now)
         elif job.current_instance_id is not None:
-            inst = s.get(Instance, job.current_instance_id)
+            inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
             if inst is not None and inst.status == InstanceStatus.RUNNING:
                 ref = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
+            # A run still being launched is stopped as soon as it is running (stop_if_cancelled).
     if ref is not None and ref.pid:
         p.executor.signal_group(ref, signal.SIGTERM)
     return show(p, user, job_id)
@@ -251,8 +252,11 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
 
 def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> None:
     """Called by reconciliation, in its transaction, when a job's run has ended."""
-    job = s.get(Job, inst.job_id) if inst.job_id else None
+    job = s.get(Job, inst.job_id, with_for_update=True, populate_existing=True) if inst.job_id else None
     if job is None or job.current_instance_id != inst.id:
+        return
+    if job.status in TERMINAL:  # e.g. cancelled while this run was starting: just let go of the run
+        job.current_instance_id = None
         return
     job.current_instance_id = None
     job.notice_deadline_ms = None
@@ -266,15 +270,30 @@ def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> Non
         transition(s, job, SUCCEEDED, "command exited with code 0", now_ms)
     elif inst.status == InstanceStatus.EXITED:
         transition(s, job, FAILED, f"command exited with code {inst.exit_code}", now_ms)
-    elif inst.status == InstanceStatus.LOST and job.attempts < p.settings.job_max_attempts:
-        transition(
-            s,
-            job,
-            QUEUED,
-            f"run lost with its node; retry {job.attempts + 1} of {p.settings.job_max_attempts}, from the checkpoint",
-            now_ms,
+    elif inst.status == InstanceStatus.LOST and (lost := _losses(s, job)) < p.settings.job_max_attempts:
+        reason = (
+            f"run lost with its node ({lost} of at most {p.settings.job_max_attempts}); retrying from the checkpoint"
         )
+        transition(s, job, QUEUED, reason, now_ms)
     elif inst.status == InstanceStatus.LOST:
-        transition(s, job, FAILED, f"run lost {job.attempts} times; giving up", now_ms)
+        transition(s, job, FAILED, f"run lost {_losses(s, job)} times; giving up", now_ms)
     else:  # stopped by the platform (e.g. balance exhausted): wait in the queue
         transition(s, job, QUEUED, f"run stopped: {inst.status_reason}", now_ms)
+
+
+def _losses(s: Session, job: Job) -> int:
+    """Runs of this job lost with their node (preempted or stopped runs do not count)."""
+    return int(
+        s.execute(
+            select(func.count(Instance.id)).where(Instance.job_id == job.id, Instance.status == InstanceStatus.LOST)
+        ).scalar_one()
+    )
+
+
+def stop_if_cancelled(p: Platform, s: Session, inst: Instance) -> ProcessRef | None:
+    """Called when a job's run has just started: a cancel that arrived during its launch takes
+    effect now. Returns the process to SIGTERM after commit, if any."""
+    job = s.get(Job, inst.job_id) if inst.job_id else None
+    if job is None or not job.cancel_requested or inst.status != InstanceStatus.RUNNING:
+        return None
+    return request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)

@@ -173,7 +173,7 @@ def _quotas(s: Session) -> dict[str, int]:
     """What is left of each user's GPU quota for job runs once their rentals are counted."""
     out = {}
     for user_id, quota in s.execute(select(User.id, User.gpu_quota).where(User.gpu_quota.is_not(None))).all():
-        out[str(user_id)] = max(0, (quota or 0) - gpus_held(s, user_id, jobs=False))
+        out[str(user_id)] = max(0, (quota or 0) - gpus_held(s, user_id, jobs=False, interruptible=False))
     return out
 
 
@@ -236,7 +236,7 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
     now = p.clock.now_ms()
     jdir = jobsvc.job_dir(p, job_id)
     with p.db.write() as s:
-        job = s.get(Job, job_id)
+        job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
         if job is None or job.status != jobsvc.QUEUED:
             raise DanluError("job_not_queued", f"job {job_id} is no longer queued")
         inst = Instance(
@@ -283,10 +283,10 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
     """Give a running job its notice: it must checkpoint and exit by ``deadline_ms``."""
     now = p.clock.now_ms()
     with p.db.write() as s:
-        job = s.get(Job, job_id)
+        job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
         if job is None or job.status != jobsvc.RUNNING or job.current_instance_id is None:
             return
-        inst = s.get(Instance, job.current_instance_id)
+        inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
         if inst is None or Status(inst.status) not in HAS_PROCESS:
             return
         deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
@@ -303,7 +303,7 @@ def preempt_rental(p: Platform, instance_id: str, deadline_ms: int, reason: str)
     """Give an interruptible rental its notice; it ends ``stopped`` (workspace kept, restartable)."""
     now = p.clock.now_ms()
     with p.db.write() as s:
-        inst = s.get(Instance, instance_id)
+        inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
         if inst is None or not inst.interruptible or inst.status != Status.RUNNING.value:
             return
         deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
