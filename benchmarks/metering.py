@@ -208,9 +208,9 @@ def gpu_spec(instances: int) -> str:
 def build_platform(url: str, data_dir: Path, instances: int) -> Platform:
     db = open_database(url)
     clock = SystemClock()
-    boot = bootstrap(db, data_dir, "CNY", parse_simulated_spec(gpu_spec(instances), "local"), clock.now_ms())
+    bootstrap(db, data_dir, "CNY", parse_simulated_spec(gpu_spec(instances), "local"), clock.now_ms())
     settings = Settings(data_dir=data_dir)  # the server's defaults: tick 1 s, meter every 10 s
-    return Platform(db=db, clock=clock, executor=LocalExecutor(), settings=settings, host_id=boot.host_id)
+    return Platform(db=db, clock=clock, executor=LocalExecutor(), settings=settings)
 
 
 def make_users(p: Platform, n: int) -> list[User]:

@@ -79,7 +79,7 @@ def make_platform(
     db = open_database(db_url)
     boot = bootstrap(db, data_dir, "CNY", parse_simulated_spec(spec, "local"), clock.now_ms())
     st = Settings(data_dir=data_dir, **settings)  # type: ignore[arg-type]
-    p = Platform(db=db, clock=clock, executor=LocalExecutor(), settings=st, host_id=boot.host_id)
+    p = Platform(db=db, clock=clock, executor=LocalExecutor(), settings=st)
     return p, boot.admin_token or (data_dir / "admin-token").read_text().strip()
 
 

@@ -38,7 +38,6 @@ class Platform:
     clock: Clock
     executor: Executor
     settings: Settings
-    host_id: int = 0
 
     @property
     def workspaces(self) -> Path:

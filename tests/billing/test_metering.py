@@ -192,7 +192,7 @@ def test_unsettled_allocations_survive_a_new_platform_object(
     instances.rent(p, user, "T4", 1, ["x"])
     fake_clock.advance(seconds=10)
     meter_all(p)
-    p2 = Platform(db=p.db, clock=fake_clock, executor=p.executor, settings=p.settings, host_id=p.host_id)
+    p2 = Platform(db=p.db, clock=fake_clock, executor=p.executor, settings=p.settings)
     fake_clock.advance(seconds=10)
     meter_all(p2)
     with p.db.read() as s:

@@ -44,7 +44,7 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
     time.sleep(3.5)
 
     db2 = open_database(db_url)
-    p2 = Platform(db=db2, clock=SystemClock(), executor=p1.executor, settings=p1.settings, host_id=p1.host_id)
+    p2 = Platform(db=db2, clock=SystemClock(), executor=p1.executor, settings=p1.settings)
     reconcile(p2)
     meter_all(p2)
     a, e, lo = (instances.show(p2, user, i.id) for i in (alive, exits, lost))

@@ -131,7 +131,3 @@ def topup(session: Session, user: User, amount_minor: int, key: str, now_ms: int
         postings=[Posting(ext.id, -amount_minor), Posting(acct.id, amount_minor)],
         now_ms=now_ms,
     )
-
-
-def balance_of(session: Session, user_id: int) -> int:
-    return user_account(session, user_id).balance_minor

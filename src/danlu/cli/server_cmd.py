@@ -86,7 +86,7 @@ def server(
         scheduler_policy=policy,
         preempt_notice_s=preempt_notice,
     )
-    platform = Platform(db=database, clock=clock, executor=LocalExecutor(), settings=settings, host_id=boot.host_id)
+    platform = Platform(db=database, clock=clock, executor=LocalExecutor(), settings=settings)
     loop = ControlLoop(platform)
     app = create_app(platform, loop)
     typer.echo(f"danlu {boot.currency} platform on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")

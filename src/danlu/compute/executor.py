@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from danlu.core.errors import InvalidInput
+
 # `trap : TERM INT` keeps the wrapper alive long enough to record the child's status when the
 # group is signalled (a trap action, unlike an ignored signal, is not inherited by the child).
 WRAPPER = (
@@ -61,6 +63,20 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
     # comm (field 2) may contain spaces and parentheses: split after the last ')'.
     return raw[raw.rindex(")") + 2 :].split()
+
+
+def read_output(run_dir: Path, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+    """A chunk of a run's captured stdout/stderr (``run_dir/output.log``) from byte ``offset``;
+    returns (text, next offset). Invalid UTF-8 is replaced, never an error."""
+    if offset < 0:
+        raise InvalidInput("invalid_offset", "offset must be 0 or more")
+    try:
+        with open(run_dir / "output.log", "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", errors="replace"), offset + len(data)
 
 
 class LocalExecutor:

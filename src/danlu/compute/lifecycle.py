@@ -29,7 +29,6 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.DESTROYED: frozenset(),
 }
 
-HOLDS_GPUS = frozenset({S.PENDING, S.RUNNING, S.STOPPING})
 HAS_PROCESS = frozenset({S.PENDING, S.RUNNING, S.STOPPING})
 
 NEXT_STEP = {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 
 from sqlalchemy import func, select
 
@@ -71,7 +70,4 @@ def list_offers(
         and (min_vram is None or o.vram_gb >= min_vram)
         and (max_minor is None or (o.price_per_hour_minor is not None and o.price_per_hour_minor <= max_minor))
     ]
-    big = Decimal(10) ** 30
-    return sorted(
-        offers, key=lambda o: (big if o.price_per_hour_minor is None else o.price_per_hour_minor, o.gpu_model)
-    )
+    return sorted(offers, key=lambda o: (o.price_per_hour_minor is None, o.price_per_hour_minor or 0, o.gpu_model))

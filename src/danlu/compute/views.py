@@ -12,9 +12,10 @@ from sqlalchemy.orm import Session
 from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.billing.rating import billable_seconds
+from danlu.compute.executor import read_output
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.core.errors import InvalidInput, NotFound
+from danlu.core.errors import NotFound
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
 
@@ -127,17 +128,8 @@ def events(p: Platform, user: User, instance_id: str) -> list[InstanceEvent]:
         )
 
 
-def read_log(p: Platform, user: User, instance_id: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+def read_log(p: Platform, user: User, instance_id: str, offset: int) -> tuple[str, int]:
     """A chunk of the instance's captured stdout/stderr from byte ``offset``; returns (text, next)."""
-    if offset < 0:
-        raise InvalidInput("invalid_offset", "offset must be 0 or more")
     with p.db.read() as s:
         get_owned(s, user, instance_id)
-    path = p.run_dirs / instance_id / "output.log"
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(limit)
-    except FileNotFoundError:
-        return "", offset
-    return data.decode("utf-8", errors="replace"), offset + len(data)
+    return read_output(p.run_dirs / instance_id, offset)

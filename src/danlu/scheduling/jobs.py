@@ -24,7 +24,7 @@ from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute.allocations import capacity
-from danlu.compute.executor import ProcessRef
+from danlu.compute.executor import ProcessRef, read_output
 from danlu.compute.instances import request_stop
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.context import Platform
@@ -215,17 +215,10 @@ def events(p: Platform, user: User, job_id: str) -> list[JobEvent]:
 
 
 def read_log(p: Platform, user: User, job_id: str, offset: int) -> tuple[str, int]:
-    if offset < 0:
-        raise InvalidInput("invalid_offset", "offset must be 0 or more")
+    """Output of every run of the job (runs append to one log in the job's run directory)."""
     with p.db.read() as s:
         _owned(s, user, job_id)
-    try:
-        with open(p.run_dirs / job_id / "output.log", "rb") as f:
-            f.seek(offset)
-            data = f.read(1 << 20)
-    except FileNotFoundError:
-        return "", offset
-    return data.decode("utf-8", errors="replace"), offset + len(data)
+    return read_output(p.run_dirs / job_id, offset)
 
 
 def cancel(p: Platform, user: User, job_id: str) -> JobView:

@@ -24,10 +24,8 @@ ADMIN_NAME = "admin"
 
 @dataclass
 class BootResult:
-    host_id: int
     admin_token: str | None  # only on the very first start
     currency: str
-    gpus: list[DiscoveredGpu]
 
 
 def bootstrap(db: Database, data_dir: Path, currency: str, gpus: list[DiscoveredGpu], now_ms: int) -> BootResult:
@@ -48,7 +46,7 @@ def bootstrap(db: Database, data_dir: Path, currency: str, gpus: list[Discovered
         ensure_accounts(s, currency.upper())
         if s.scalars(select(User).where(User.is_admin.is_(True))).first() is None:
             _, token = create_user(s, ADMIN_NAME, now_ms, is_admin=True)
-        host_id = _register_host(s, gpus, now_ms)
+        _register_host(s, gpus, now_ms)
         cur = s.get(Setting, "currency")
         assert cur is not None
     if token is not None:
@@ -57,10 +55,10 @@ def bootstrap(db: Database, data_dir: Path, currency: str, gpus: list[Discovered
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
         os.chmod(path, 0o600)
-    return BootResult(host_id=host_id, admin_token=token, currency=cur.value, gpus=gpus)
+    return BootResult(admin_token=token, currency=cur.value)
 
 
-def _register_host(s: Session, gpus: list[DiscoveredGpu], now_ms: int) -> int:
+def _register_host(s: Session, gpus: list[DiscoveredGpu], now_ms: int) -> None:
     name = socket.gethostname() or "local"
     host = s.scalars(select(Host).where(Host.name == name)).first()
     if host is None:
@@ -93,4 +91,3 @@ def _register_host(s: Session, gpus: list[DiscoveredGpu], now_ms: int) -> int:
         if row.uuid not in seen:
             row.present = False  # gone from this host; never offered again until it returns
     s.flush()
-    return host.id
