@@ -30,7 +30,6 @@ import pstats
 import resource
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -47,10 +46,10 @@ from danlu.accounts.service import create_user
 from danlu.billing import service as billing
 from danlu.billing.rating import billable_seconds, cumulative_cost
 from danlu.compute import instances as svc
-from danlu.compute.executor import LocalExecutor, ProcessRef
 from danlu.compute.gpus import parse_simulated_spec
 from danlu.compute.lifecycle import HAS_PROCESS
 from danlu.compute.reconcile import meter_all
+from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.core.errors import Conflict
@@ -205,12 +204,16 @@ def gpu_spec(instances: int) -> str:
     return ",".join(parts)
 
 
-def build_platform(url: str, data_dir: Path, instances: int) -> Platform:
+def build_platform(url: str, data_dir: Path, instances: int, sandbox: bool = True) -> Platform:
+    """As ``danlu server`` builds it: sandboxed runs by default (network ``none``: not the point here)."""
     db = open_database(url)
     clock = SystemClock()
-    bootstrap(db, data_dir, "CNY", parse_simulated_spec(gpu_spec(instances), "local"), clock.now_ms())
-    settings = Settings(data_dir=data_dir)  # the server's defaults: tick 1 s, meter every 10 s
-    return Platform(db=db, clock=clock, executor=LocalExecutor(), settings=settings)
+    backend, status = make_local_backend(data_dir, no_sandbox=not sandbox, network="none")
+    sdir = sandbox_dir_for(data_dir, status)
+    spec = parse_simulated_spec(gpu_spec(instances), "local")
+    bootstrap(db, data_dir, "CNY", spec, clock.now_ms(), sandbox=status, sandbox_dir=sdir)
+    settings = Settings(data_dir=data_dir, sandbox_dir=sdir)  # the server's defaults: tick 1 s, meter every 10 s
+    return Platform(db=db, clock=clock, backend=backend, settings=settings, sandbox=status)
 
 
 def make_users(p: Platform, n: int) -> list[User]:
@@ -238,10 +241,12 @@ def rent_all(p: Platform, users: list[User], n: int) -> list[tuple[User, str]]:
 
 def kill_leftovers(p: Platform) -> None:
     with p.db.read() as s:
-        refs = [ProcessRef(pid, t or 0) for pid, t in s.execute(select(Instance.pid, Instance.proc_start_ticks)) if pid]
-    for ref in refs:
-        p.executor.signal_group(ref, signal.SIGKILL)
-        p.executor.alive(ref)  # reaps it
+        handles = [h for (h,) in s.execute(select(Instance.run_handle)) if h]
+    for handle in handles:
+        p.backend.kill(handle)
+    p.backend.poll(handles)  # reaps them
+    for handle in handles:
+        p.backend.release(handle)
 
 
 # ---------------------------------------------------------------------------- the books
@@ -323,9 +328,9 @@ def profile_meter_pass(p: Platform) -> str:
     return out.getvalue()
 
 
-def run(db: str, url: str, seconds: float, n_instances: int, n_users: int, profile: bool) -> Result:
+def run(db: str, url: str, seconds: float, n_instances: int, n_users: int, profile: bool, sandbox: bool) -> Result:
     data_dir = Path(tempfile.mkdtemp(prefix=f"danlu-meter-{db}-"))
-    p = build_platform(url, data_dir, n_instances)
+    p = build_platform(url, data_dir, n_instances, sandbox)
     loop = MeasuredLoop(p)
     stop_failures: dict[str, int] = defaultdict(int)
     try:
@@ -488,6 +493,7 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=50)
     ap.add_argument("--db", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one meter pass per database")
+    ap.add_argument("--no-sandbox", action="store_true", help="plain processes (as `danlu server --no-sandbox`)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     pg_seconds = args.pg_seconds if args.pg_seconds is not None else min(args.seconds, 60.0)
@@ -503,7 +509,15 @@ def main() -> int:
             tmp = Path(tempfile.mkdtemp(prefix="danlu-meter-db-"))
             try:
                 results.append(
-                    run(db, f"sqlite:///{tmp / 'danlu.db'}", args.seconds, args.instances, args.users, args.profile)
+                    run(
+                        db,
+                        f"sqlite:///{tmp / 'danlu.db'}",
+                        args.seconds,
+                        args.instances,
+                        args.users,
+                        args.profile,
+                        not args.no_sandbox,
+                    )
                 )
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -514,7 +528,7 @@ def main() -> int:
                 continue
             url, schema = made
             try:
-                results.append(run(db, url, pg_seconds, args.instances, args.users, args.profile))
+                results.append(run(db, url, pg_seconds, args.instances, args.users, args.profile, not args.no_sandbox))
             finally:
                 drop_pg_schema(schema)
         else:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,8 +22,8 @@ import pytest
 import uvicorn
 
 from danlu.api.app import create_app
-from danlu.compute.executor import LocalExecutor
 from danlu.compute.gpus import parse_simulated_spec
+from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
 from danlu.core.clock import Clock, FakeClock, SystemClock
 from danlu.db.engine import open_database
@@ -43,6 +45,25 @@ def _pg_reachable() -> str | None:
 
 
 _PG_PROBLEM: str | None = _pg_reachable()
+
+
+def _sandbox_problem() -> str | None:
+    from danlu.compute.sandbox.probe import bwrap_works
+
+    ok, why = bwrap_works(os.geteuid() == 0)
+    return None if ok else why
+
+
+_SANDBOX_PROBLEM: str | None = _sandbox_problem()
+
+
+def require_sandbox() -> None:
+    """Sandbox tests need bubblewrap (``make test`` installs it as root); mandatory under CI=true."""
+    if _SANDBOX_PROBLEM is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"no sandbox: {_SANDBOX_PROBLEM} (CI=true: sandbox tests are mandatory)")
+    pytest.skip(f"no sandbox here: {_SANDBOX_PROBLEM}")
 
 
 def _pg_or_skip() -> None:
@@ -72,14 +93,53 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+_SANDBOX_BASE = Path(tempfile.gettempdir()) / f"danlu-test-sandboxes-{os.getpid()}"
+
+
+def sandbox_folder() -> Path:
+    """A sandbox folder for one test platform. pytest's tmp_path lies under a 0700 folder, which a
+    renter's uid cannot traverse (see danlu.compute.sandbox.probe.sandbox_dir_for)."""
+    _SANDBOX_BASE.mkdir(mode=0o711, exist_ok=True)
+    os.chmod(_SANDBOX_BASE, 0o711)
+    folder = Path(tempfile.mkdtemp(dir=_SANDBOX_BASE))
+    os.chmod(folder, 0o711)
+    return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_sandbox_folders() -> Iterator[None]:
+    yield
+    shutil.rmtree(_SANDBOX_BASE, ignore_errors=True)
+
+
 def make_platform(
-    db_url: str, data_dir: Path, clock: Clock, spec: str = "A100-80GB:2,T4:2", **settings: object
+    db_url: str,
+    data_dir: Path,
+    clock: Clock,
+    spec: str = "A100-80GB:2,T4:2",
+    *,
+    network: str = "auto",
+    cgroups: str = "auto",
+    host_settings: dict[str, int | str] | None = None,
+    **settings: object,
 ) -> tuple[Platform, str]:
-    """A bootstrapped platform; returns it and the admin token."""
+    """A bootstrapped platform on the real local backend (sandboxed wherever bubblewrap works,
+    as in production); returns it and the admin token."""
     db = open_database(db_url)
-    boot = bootstrap(db, data_dir, "CNY", parse_simulated_spec(spec, "local"), clock.now_ms())
-    st = Settings(data_dir=data_dir, **settings)  # type: ignore[arg-type]
-    p = Platform(db=db, clock=clock, executor=LocalExecutor(), settings=st)
+    backend, sandbox = make_local_backend(data_dir, network=network, cgroups=cgroups)
+    sandbox_dir = sandbox_folder() if sandbox.identity == "per-renter uid" else None
+    boot = bootstrap(
+        db,
+        data_dir,
+        "CNY",
+        parse_simulated_spec(spec, "local"),
+        clock.now_ms(),
+        host_settings={"network_policy": sandbox.network, **(host_settings or {})},
+        sandbox=sandbox,
+        sandbox_dir=sandbox_dir,
+    )
+    st = Settings(data_dir=data_dir, sandbox_dir=sandbox_dir, **settings)  # type: ignore[arg-type]
+    p = Platform(db=db, clock=clock, backend=backend, settings=st, sandbox=sandbox)
     return p, boot.admin_token or (data_dir / "admin-token").read_text().strip()
 
 

@@ -1,37 +1,66 @@
-"""A recording executor for billing tests, where processes are beside the point. Real processes
-are exercised by tests/compute and tests/api with the LocalExecutor."""
+"""A recording backend for billing and race tests, where processes are beside the point. Real
+sandboxed processes are exercised by tests/compute, tests/sandbox and tests/api."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Sequence
 
-from danlu.compute.executor import ExitInfo, LaunchSpec, ProcessRef
+from danlu.compute.backends.base import RUNNING, RunSpec, RunState
 
 
-class RecordingExecutor:
+class RecordingBackend:
+    name = "recording"
+
     def __init__(self) -> None:
-        self.launched: list[LaunchSpec] = []
-        self.alive_pids: set[int] = set()
-        self.exits: dict[Path, ExitInfo] = {}
-        self.signals: list[tuple[int, int]] = []
-        self._next = 100_000
+        self.launched: list[RunSpec] = []
+        self.handles: list[str] = []
+        self.states: dict[str, RunState] = {}
+        self.signals: list[tuple[str, str]] = []  # (handle, "term" | "kill")
+        self.started: list[str] = []
+        self.released: list[str] = []
+        self.discarded: list[str] = []
+        self.launching_now: set[str] = set()
+        self.logs: dict[str, str] = {}
 
-    def launch(self, spec: LaunchSpec) -> ProcessRef:
-        self._next += 1
+    def launch(self, spec: RunSpec) -> str:
         self.launched.append(spec)
-        self.alive_pids.add(self._next)
-        return ProcessRef(self._next, 1)
+        handle = f"h{len(self.launched)}:{spec.run_id}"
+        self.handles.append(handle)
+        self.states[handle] = RUNNING
+        return handle
 
-    def alive(self, ref: ProcessRef) -> bool:
-        return ref.pid in self.alive_pids
+    def start(self, handle: str) -> None:
+        self.started.append(handle)
 
-    def exit_info(self, run_dir: Path) -> ExitInfo | None:
-        return self.exits.get(run_dir)
+    def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
+        return {h: self.states.get(h, RunState("lost")) for h in handles}
 
-    def signal_group(self, ref: ProcessRef, sig: int) -> None:
-        self.signals.append((ref.pid, sig))
+    def terminate(self, handle: str) -> None:
+        self.signals.append((handle, "term"))
 
-    def die(self, pid: int, run_dir: Path | None = None, code: int | None = None, at_ms: int = 0) -> None:
-        self.alive_pids.discard(pid)
-        if run_dir is not None and code is not None:
-            self.exits[run_dir] = ExitInfo(code, at_ms)
+    def kill(self, handle: str) -> None:
+        self.signals.append((handle, "kill"))
+
+    def release(self, handle: str) -> None:
+        self.released.append(handle)
+
+    def discard(self, run_id: str) -> None:
+        self.discarded.append(run_id)
+
+    def launching(self, run_id: str) -> bool:
+        return run_id in self.launching_now
+
+    def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+        data = self.logs.get(log_key, "").encode()[offset : offset + limit]
+        return data.decode(), offset + len(data)
+
+    # -- test helpers ------------------------------------------------------------------------
+    def last(self) -> str:
+        return self.handles[-1]
+
+    def alive(self) -> list[str]:
+        return [h for h in self.handles if self.states[h].kind == "running"]
+
+    def die(self, handle: str, code: int | None = None, at_ms: int | None = None) -> None:
+        """The run ends: with an exit status (``code``, at ``at_ms``) or lost without one."""
+        self.states[handle] = RunState("exited", code, at_ms) if code is not None else RunState("lost")

@@ -1,12 +1,14 @@
 """What every service needs, built once by the server (or a test): the database, the clock, the
-executor and the settings. Services take it as their first argument; nothing below reads globals."""
+compute backend, what sandboxing it gives, and the settings. Services take it as their first
+argument; nothing below reads globals."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from danlu.compute.executor import Executor
+from danlu.compute.backends.base import Backend
+from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.clock import Clock
 from danlu.db.engine import Database
 
@@ -23,6 +25,11 @@ class Settings:
     preempt_notice_s: int = 60  # guaranteed notice before a preempted run is killed
     job_default_duration_s: int = 3600  # backfill estimate for jobs submitted without --est-duration
     job_max_attempts: int = 3  # runs lost with their node are retried this many times in all
+    sandbox_uid_first: int = 2_000_000  # renters' sandbox uids: first + user id, below first + count
+    sandbox_uid_count: int = 1_000_000
+    # Where what sandboxes bind lives (workspaces, job folders, control folders, images, simulated
+    # devices); it and its ancestors must be traversable by renters' uids. Default: data_dir.
+    sandbox_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.meter_interval_s >= self.min_prepaid_seconds:
@@ -36,13 +43,22 @@ class Settings:
 class Platform:
     db: Database
     clock: Clock
-    executor: Executor
+    backend: Backend
     settings: Settings
+    sandbox: SandboxStatus = field(default_factory=lambda: SandboxStatus("off", "unsandboxed"))
+
+    @property
+    def sandbox_root(self) -> Path:
+        return self.settings.sandbox_dir or self.settings.data_dir
 
     @property
     def workspaces(self) -> Path:
-        return self.settings.data_dir / "workspaces"
+        return self.sandbox_root / "workspaces"
 
     @property
     def run_dirs(self) -> Path:
         return self.settings.data_dir / "runs"
+
+    def control_dir(self, instance_id: str) -> Path:
+        """Platform-written, read-only to the run (``/run/danlu``): the preemption deadline."""
+        return self.sandbox_root / "control" / instance_id

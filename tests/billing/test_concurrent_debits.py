@@ -58,9 +58,9 @@ def test_stops_racing_meter_passes_never_deadlock(platform: Platform) -> None:
 
     from danlu.compute import instances
     from danlu.compute.reconcile import meter_all
-    from tests.fakes import RecordingExecutor
+    from tests.fakes import RecordingBackend
 
-    platform.executor = RecordingExecutor()
+    platform.backend = RecordingBackend()
     billing.set_price(platform, "T4", "36.00")
     billing.set_price(platform, "A100-80GB", "36.00")
     users = []

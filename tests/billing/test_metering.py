@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from itertools import pairwise
 from pathlib import Path
 
@@ -19,12 +18,12 @@ from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import InsufficientFunds
 from danlu.db.models import Account, Allocation, LedgerEntry, UsageRecord, User
-from tests.fakes import RecordingExecutor
+from tests.fakes import RecordingBackend
 
 
 @pytest.fixture
 def p(platform: Platform) -> Platform:
-    platform.executor = RecordingExecutor()
+    platform.backend = RecordingBackend()
     billing.set_price(platform, "A100-80GB", "36.00")  # 1 fen per GPU-second
     billing.set_price(platform, "T4", "3.60")
     return platform
@@ -105,15 +104,15 @@ def test_stop_ends_gpu_billing_at_the_request(p: Platform, fake_clock: FakeClock
     stopped = instances.stop(p, user, inst.id)
     assert stopped.status == "stopping"
     assert stopped.cost_minor == 30
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
-    assert executor.signals[-1][1] == signal.SIGTERM
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    assert executor.signals[-1] == (executor.last(), "term")
     fake_clock.advance(seconds=600)  # the process ignores SIGTERM for a while: not billed
     reconcile(p)
     meter_all(p)
     assert instances.show(p, user, inst.id).cost_minor == 30
-    assert any(sig == signal.SIGKILL for _, sig in executor.signals)  # grace (10 s) passed
-    executor.die(executor.signals[0][0])
+    assert (executor.last(), "kill") in executor.signals  # grace (10 s) passed
+    executor.die(executor.last())
     reconcile(p)
     view = instances.show(p, user, inst.id)
     assert view.status == "stopped" and view.cost_minor == 30 and view.gpu_indices == []
@@ -125,10 +124,9 @@ def test_a_command_that_ends_stops_billing_when_it_ended(p: Platform, fake_clock
     inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
     start = fake_clock.now_ms()
     fake_clock.advance(seconds=50)
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
-    pid = next(iter(executor.alive_pids))
-    executor.die(pid, p.run_dirs / inst.id, code=0, at_ms=start + 20_000)  # ended at 20 s
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    executor.die(executor.last(), code=0, at_ms=start + 20_000)  # ended at 20 s
     reconcile(p)
     view = instances.show(p, user, inst.id)
     assert (view.status, view.exit_code, view.billed_seconds, view.cost_minor) == ("exited", 0, 20, 20)
@@ -192,7 +190,7 @@ def test_unsettled_allocations_survive_a_new_platform_object(
     instances.rent(p, user, "T4", 1, ["x"])
     fake_clock.advance(seconds=10)
     meter_all(p)
-    p2 = Platform(db=p.db, clock=fake_clock, executor=p.executor, settings=p.settings)
+    p2 = Platform(db=p.db, clock=fake_clock, backend=p.backend, settings=p.settings)
     fake_clock.advance(seconds=10)
     meter_all(p2)
     with p.db.read() as s:

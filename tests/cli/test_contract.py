@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port, sandbox_folder, wait_for
 
 DANLU = [sys.executable, "-m", "danlu.cli.main"]
 
@@ -51,6 +51,8 @@ def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
             str(port),
             "--data-dir",
             str(data),
+            "--sandbox-dir",
+            str(sandbox_folder()),
             "--simulate-gpus",
             "A100-80GB:2,T4:2",
             "--stop-grace",

@@ -1,28 +1,28 @@
-"""Races found in review, pinned on SQLite and PostgreSQL with a recording executor and a fake clock:
+"""Races found in review, pinned on SQLite and PostgreSQL with a recording backend and a fake clock:
 actions landing while a process is being launched, double starts, and the end of a notice period."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
 from danlu.compute import instances
-from danlu.compute.executor import LaunchSpec, ProcessRef
+from danlu.compute.backends.base import RunSpec
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.views import show
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
+from danlu.core.errors import NotFound
 from danlu.db.models import Allocation, Gpu, User
-from tests.fakes import RecordingExecutor
+from tests.fakes import RecordingBackend
 
 
 @pytest.fixture
 def p(platform: Platform) -> Platform:
-    platform.executor = RecordingExecutor()
+    platform.backend = RecordingBackend()
     billing.set_price(platform, "T4", "3.60", interruptible="1.80")
     billing.set_price(platform, "A100-80GB", "36.00")
     return platform
@@ -43,21 +43,22 @@ def free_gpus(p: Platform) -> int:
 
 def test_destroy_during_launch_kills_the_process(p: Platform, monkeypatch: pytest.MonkeyPatch) -> None:
     user = renter(p)
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
     original = executor.launch
 
-    def launch_then_rm(spec: LaunchSpec) -> ProcessRef:
-        ref = original(spec)
-        instances.destroy(p, user, spec.workspace.name)  # `rm` lands while the fork is in flight
-        return ref
+    def launch_then_rm(spec: RunSpec) -> str:
+        handle = original(spec)
+        instances.destroy(p, user, spec.run_id)  # `rm` lands while the run is being prepared
+        return handle
 
     monkeypatch.setattr(executor, "launch", launch_then_rm)
-    with pytest.raises(Exception):  # noqa: B017 - the rent reports the instance is gone
+    with pytest.raises(NotFound):  # the rent reports the instance is gone
         instances.rent(p, user, "T4", 1, ["sleep", "1000"])
-    pid = executor.launched and max(executor.alive_pids | {0})
-    assert any(sig == 9 for _, sig in executor.signals), "the orphan process must be killed"
-    assert free_gpus(p) == 4 and pid is not None
+    handle = executor.last()
+    assert (handle, "kill") in executor.signals, "the prepared run must be killed"
+    assert handle not in executor.started, "and its command never let go"
+    assert free_gpus(p) == 4
 
 
 def test_balance_running_out_during_launch_stops_the_new_rental(p: Platform, fake_clock: FakeClock) -> None:
@@ -66,14 +67,14 @@ def test_balance_running_out_during_launch_stops_the_new_rental(p: Platform, fak
     fake_clock.advance(seconds=90)
     meter_all(p)  # 10 fen left: enough for a minute of T4
     fake_clock.advance(seconds=15)
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
     original = executor.launch
 
-    def launch_while_metered(spec: LaunchSpec) -> ProcessRef:
-        ref = original(spec)
-        meter_all(p)  # the control loop runs out the balance while this fork is in flight
-        return ref
+    def launch_while_metered(spec: RunSpec) -> str:
+        handle = original(spec)
+        meter_all(p)  # the control loop runs out the balance while this run is being prepared
+        return handle
 
     executor.launch = launch_while_metered  # type: ignore[method-assign]
     t4 = instances.rent(p, user, "T4", 1, ["y"])
@@ -89,9 +90,9 @@ def test_two_concurrent_starts_launch_once(p: Platform) -> None:
     user = renter(p)
     inst = instances.rent(p, user, "T4", 1, ["x"])
     instances.stop(p, user, inst.id)
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
-    executor.die(max(executor.alive_pids))
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    executor.die(executor.last())
     reconcile(p)
     launched_before = len(executor.launched)
     results: list[str] = []
@@ -122,11 +123,9 @@ def test_preemption_notice_is_billed_until_the_process_ended(p: Platform, fake_c
     inst = instances.rent(p, user, "T4", 1, ["nb"], interruptible=True)
     fake_clock.advance(seconds=100)
     preempt_rental(p, inst.id, fake_clock.now_ms() + 60_000, "test")
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
-    pid = max(executor.alive_pids)
-    ws = Path(p.run_dirs / inst.id)
-    executor.die(pid, ws, code=0, at_ms=fake_clock.now_ms() + 5_000)  # it saved and exited 5 s in
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms() + 5_000)  # it saved and exited 5 s in
     fake_clock.advance(seconds=3600)  # the loop (or a restarted server) notices an hour later
     reconcile(p)
     view = show(p, user, inst.id)
@@ -140,21 +139,19 @@ def test_cancel_while_a_job_run_is_launching_takes_effect(p: Platform) -> None:
 
     user = renter(p)
     job = jobs.submit(p, user, ["train"], gpus=1, gpu_types=["T4"])
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
     original = executor.launch
 
-    def launch_then_cancel(spec: LaunchSpec) -> ProcessRef:
-        ref = original(spec)
+    def launch_then_cancel(spec: RunSpec) -> str:
+        handle = original(spec)
         assert jobs.cancel(p, user, job.id).status == "running"  # the run is still pending
-        return ref
+        return handle
 
     executor.launch = launch_then_cancel  # type: ignore[method-assign]
     assert schedule_round(p).started == [job.id]
-    import signal
-
-    assert executor.signals[-1][1] == signal.SIGTERM  # stopped as soon as it was running
-    executor.die(executor.signals[-1][0])
+    assert executor.signals[-1] == (executor.last(), "term")  # stopped as soon as it was running
+    executor.die(executor.last())
     reconcile(p)
     assert jobs.show(p, user, job.id).status == "cancelled"
     assert free_gpus(p) == 4

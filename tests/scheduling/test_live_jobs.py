@@ -20,7 +20,7 @@ from danlu.core.clock import SystemClock
 from danlu.scheduling import jobs
 from danlu.scheduling.live import schedule_round
 from tests.conftest import LiveServer, make_platform, wait_for
-from tests.fakes import RecordingExecutor
+from tests.fakes import RecordingBackend
 
 RESUMABLE = r"""
 i=$(cat "$DANLU_CHECKPOINT_DIR/step" 2>/dev/null || echo 0)
@@ -63,10 +63,7 @@ def test_preempt_with_notice_then_resume_from_checkpoint(jobs_live: LiveServer) 
         wait_for(lambda: c.get(f"/jobs/{low}").json()["status"] == "running")
         wait_for(lambda: "resumes at step 0" in c.get(f"/jobs/{low}/logs").json()["text"])
         wait_for(
-            lambda: (
-                int((jobs_live.platform.settings.data_dir / "jobs" / low / "checkpoints" / "step").read_text() or 0)
-                >= 3
-            )
+            lambda: int((jobs_live.platform.sandbox_root / "jobs" / low / "checkpoints" / "step").read_text() or 0) >= 3
         )
 
         r = c.post(
@@ -134,9 +131,9 @@ def test_job_input_errors_and_cancel(jobs_live: LiveServer) -> None:
 
 def test_a_run_lost_with_its_node_is_retried_then_given_up(platform: Platform) -> None:
     """Retries on node loss: a run whose process vanishes (no exit status) is requeued from its
-    checkpoint, up to job_max_attempts runs in all; then the job fails. Fake executor, both DBs."""
+    checkpoint, up to job_max_attempts runs in all; then the job fails. Fake backend, both DBs."""
     p = platform
-    p.executor = executor = RecordingExecutor()
+    p.backend = executor = RecordingBackend()
     billing.set_price(p, "T4", "3.60")
     with p.db.write() as s:
         user, _ = create_user(s, "lou", 0)
@@ -147,9 +144,10 @@ def test_a_run_lost_with_its_node_is_retried_then_given_up(platform: Platform) -
         assert schedule_round(p).started == [job.id]
         view = jobs.show(p, user, job.id)
         assert (view.status, view.attempts) == ("running", attempt)
-        env = executor.launched[-1].env
-        assert env["DANLU_ATTEMPT"] == str(attempt) and env["DANLU_CHECKPOINT_DIR"].endswith("checkpoints")
-        executor.die(max(executor.alive_pids))  # the node vanished: no exit status
+        spec = executor.launched[-1]
+        assert spec.env["DANLU_ATTEMPT"] == str(attempt) and spec.checkpoints is not None
+        assert spec.checkpoints.name == "checkpoints" and spec.log_key == job.id
+        executor.die(executor.last())  # the node vanished: no exit status
         reconcile(p)
         view = jobs.show(p, user, job.id)
         expected = "queued" if attempt < p.settings.job_max_attempts else "failed"

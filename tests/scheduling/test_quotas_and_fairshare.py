@@ -13,12 +13,12 @@ from danlu.core.errors import QuotaExceeded
 from danlu.db.models import User
 from danlu.scheduling import jobs
 from danlu.scheduling.live import _usage, schedule_round
-from tests.fakes import RecordingExecutor
+from tests.fakes import RecordingBackend
 
 
 @pytest.fixture
 def p(platform: Platform) -> Platform:
-    platform.executor = RecordingExecutor()
+    platform.backend = RecordingBackend()
     billing.set_price(platform, "T4", "3.60")
     billing.set_price(platform, "A100-80GB", "36.00")
     return platform
@@ -75,9 +75,6 @@ def test_fair_share_usage_decays_and_covers_rentals_and_jobs(p: Platform, fake_c
 def test_interruptible_rentals_are_preempted_with_notice_on_demand_ones_never(
     p: Platform, fake_clock: FakeClock
 ) -> None:
-    import signal
-    from pathlib import Path
-
     from danlu.compute.reconcile import reconcile
     from danlu.compute.views import show
 
@@ -93,14 +90,14 @@ def test_interruptible_rentals_are_preempted_with_notice_on_demand_ones_never(
     assert report.preempted == [spot.id] and report.started == []  # the on-demand rental is never a victim
     view = show(p, user, spot.id)
     assert view.status == "stopping" and "preempted" in view.status_reason
-    deadline_file = Path(p.workspaces / spot.id / "DANLU_PREEMPT_DEADLINE")
+    deadline_file = p.control_dir(spot.id) / "DANLU_PREEMPT_DEADLINE"  # the run's $DANLU_PREEMPT_FILE
     deadline_s = int(deadline_file.read_text().split()[1])
     assert deadline_s * 1000 >= fake_clock.now_ms() + p.settings.preempt_notice_s * 1000 - 1000
-    executor = p.executor
-    assert isinstance(executor, RecordingExecutor)
-    assert executor.signals[-1][1] == signal.SIGTERM
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    assert executor.signals[-1] == (executor.handles[0], "term")
 
-    executor.die(executor.signals[-1][0])  # the notebook saved its work and exited
+    executor.die(executor.handles[0], code=0, at_ms=fake_clock.now_ms())  # the notebook saved its work and exited
     reconcile(p)
     assert show(p, user, spot.id).status == "stopped"
     assert schedule_round(p).started == [urgent_t4.id]

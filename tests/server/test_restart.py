@@ -3,8 +3,6 @@ ones are lost and billed up to the last moment they were seen alive. Real proces
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -12,6 +10,7 @@ from danlu.accounts.service import create_user
 from danlu.billing import service as billing
 from danlu.compute import instances
 from danlu.compute.reconcile import meter_all, reconcile
+from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
@@ -34,17 +33,18 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
         from danlu.db.models import Instance
 
         inst = s.get(Instance, lost.id)
-        assert inst is not None and inst.pid and inst.last_seen_alive_ms
-        lost_pid, last_seen = inst.pid, inst.last_seen_alive_ms
+        assert inst is not None and inst.run_handle and inst.last_seen_alive_ms
+        lost_handle, last_seen = inst.run_handle, inst.last_seen_alive_ms
         started = s.get(Instance, lost.id).created_at_ms  # type: ignore[union-attr]
     p1.db.engine.dispose()
 
     # --- server is down: one process is killed from outside, one finishes by itself ---
-    os.killpg(lost_pid, signal.SIGKILL)
+    p1.backend.kill(lost_handle)  # killed from outside: no exit status
     time.sleep(3.5)
 
     db2 = open_database(db_url)
-    p2 = Platform(db=db2, clock=SystemClock(), executor=p1.executor, settings=p1.settings)
+    backend2, sandbox2 = make_local_backend(p1.settings.data_dir)  # a new server process knows nothing
+    p2 = Platform(db=db2, clock=SystemClock(), backend=backend2, settings=p1.settings, sandbox=sandbox2)
     reconcile(p2)
     meter_all(p2)
     a, e, lo = (instances.show(p2, user, i.id) for i in (alive, exits, lost))

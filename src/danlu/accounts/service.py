@@ -65,10 +65,26 @@ def authenticate(session: Session, token: str | None) -> User:
 
 
 def get_user_by_name(session: Session, name: str) -> User:
-    user = session.scalars(select(User).where(User.name == name)).first()
+    user = session.scalars(select(User).where(User.name == name)).first() if len(name) <= 64 else None
     if user is None:
         raise NotFound("user_not_found", f"no user named {name!r}; list users with `danlu admin user list`")
     return user
+
+
+def rotate_token(session: Session, name: str) -> str:
+    """A new token for ``name`` (shown once); the old one stops working at once."""
+    user = get_user_by_name(session, name)
+    token = new_token()
+    user.token_hash = hash_token(token)
+    session.flush()
+    return token
+
+
+def revoke_token(session: Session, name: str) -> None:
+    """``name``'s token stops working; nothing else changes (rotate to give them a new one)."""
+    user = get_user_by_name(session, name)
+    user.token_hash = hash_token("revoked:" + secrets.token_hex(32))  # matches no token anyone holds
+    session.flush()
 
 
 def set_gpu_quota(session: Session, name: str, gpus: int | None) -> User:

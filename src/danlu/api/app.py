@@ -11,7 +11,7 @@ from danlu.advisor.deps import get_platform_offers
 from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
 from danlu.api.deps import PlatformDep, get_current_user
-from danlu.api.routers import account, admin, advice, instances, jobs, offers
+from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.compute.offers import list_offers
 from danlu.context import Platform
 
@@ -23,7 +23,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.state.platform = platform
     app.state.loop = loop
     errors.install(app)
-    for module in (offers, instances, jobs, account, admin):
+    for module in (offers, instances, jobs, images, account, admin, operator):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.dependency_overrides[get_platform_offers] = platform_offers_for_advice

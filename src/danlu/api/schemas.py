@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from danlu.compute.hosts import cpus_text
 from danlu.compute.offers import Offer
 from danlu.compute.views import InstanceView
 from danlu.core.clock import iso
@@ -20,6 +23,8 @@ class RentRequest(Strict):
     command: list[str]
     name: str = ""
     interruptible: bool = False
+    image: str = Field("host", max_length=64, description="A root filesystem from `GET /images`")
+    env: dict[str, str] = Field(default_factory=dict, description="Your own environment variables")
 
 
 class OfferOut(BaseModel):
@@ -32,6 +37,10 @@ class OfferOut(BaseModel):
     interruptible_price_per_hour: str | None
     currency: str
     simulated: bool
+    vcpus_per_gpu: str | None
+    memory_per_gpu_mb: int | None
+    disk_per_gpu_mb: int | None
+    sandbox: str
 
     @classmethod
     def of(cls, o: Offer) -> OfferOut:
@@ -48,6 +57,10 @@ class OfferOut(BaseModel):
             interruptible_price_per_hour=spot_text,
             currency=o.currency,
             simulated=o.simulated,
+            vcpus_per_gpu=cpus_text(o.cpus_per_gpu_milli) if o.cpus_per_gpu_milli else None,
+            memory_per_gpu_mb=o.mem_per_gpu_mb,
+            disk_per_gpu_mb=o.disk_per_gpu_mb,
+            sandbox=o.sandbox,
         )
 
 
@@ -68,6 +81,8 @@ class InstanceOut(BaseModel):
     price_per_hour: str | None
     currency: str
     created_at: str | None
+    image: str
+    sandbox: dict[str, Any] | None
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:
@@ -89,6 +104,8 @@ class InstanceOut(BaseModel):
             price_per_hour=price,
             currency=v.currency,
             created_at=iso(v.created_at_ms),
+            image=v.image,
+            sandbox=v.sandbox,
         )
 
 
@@ -118,6 +135,65 @@ class UserOut(BaseModel):
     name: str
     token: str | None = None
     is_admin: bool = False
+    suspended_reason: str | None = None
+    sandbox_uid: int | None = None
+
+
+class ReasonIn(Strict):
+    reason: str = Field(description="What the renter is told")
+
+
+class TokenOut(BaseModel):
+    name: str
+    token: str | None
+
+
+class ImageIn(Strict):
+    name: str
+    source: str = Field(description="Absolute path on the server's host: a root filesystem folder or a tarball")
+    description: str = ""
+
+
+class ImageOut(BaseModel):
+    name: str
+    kind: str
+    description: str
+    size_bytes: int | None
+    created_at: str | None
+
+
+class HostIn(Strict):
+    cpus_per_gpu: float | None = None
+    memory_per_gpu_mb: int | None = None
+    disk_per_gpu_mb: int | None = None
+    pids_per_gpu: int | None = None
+    network_policy: str | None = None
+
+
+class HostOut(BaseModel):
+    name: str
+    gpus: int
+    vcpus_per_gpu: str
+    memory_per_gpu_mb: int
+    disk_per_gpu_mb: int
+    pids_per_gpu: int
+    network_policy: str
+    sandbox: str
+    limits_enforced_by: str
+    identity: str
+    detail: str
+
+
+class SandboxOut(BaseModel):
+    instance_id: str
+    user: str
+    job_id: str | None
+    host: str
+    status: str
+    image: str
+    uid: int | None
+    network: str
+    limits: dict[str, Any]
 
 
 class AmountIn(Strict):

@@ -53,6 +53,15 @@ def offers(
         r["price"] = f"{r['price_per_hour']} {r['currency']}/GPU-h" if r["price_per_hour"] else "not priced yet"
         r["spot"] = r["interruptible_price_per_hour"] or "-"
         r["kind"] = "SIMULATED" if r["simulated"] else "real"
+        r["per_gpu"] = (
+            f"{r['vcpus_per_gpu']} vCPU, {r['memory_per_gpu_mb'] / 1024:g} GB RAM" if r["vcpus_per_gpu"] else "-"
+        )
+    if rows and rows[0]["sandbox"] != "bubblewrap":
+        note = {
+            "off": "renters' code runs UNSANDBOXED here (--no-sandbox: one trusted user)",
+            "unavailable": "NO SANDBOX on this server: only the operator can rent",
+        }.get(rows[0]["sandbox"], rows[0]["sandbox"])
+        console.print(f"[bold red]{note}[/]")
     print_table(
         rows,
         [
@@ -62,6 +71,7 @@ def offers(
             ("max_per_host", "max/host"),
             ("price", "price"),
             ("spot", "interruptible"),
+            ("per_gpu", "per GPU"),
             ("kind", "kind"),
         ],
     )

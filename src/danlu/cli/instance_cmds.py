@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from danlu.cli.client import Client, follow_log
-from danlu.cli.output import JsonOpt, console, print_json, print_table
+from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
 
 COLUMNS = [
     ("id", "ID"),
@@ -38,10 +38,21 @@ def rent(
     interruptible: bool = typer.Option(
         False, "--interruptible", help="Cheaper; jobs may preempt it, always with notice (SIGTERM + deadline file)."
     ),
+    image: str = typer.Option("host", "--image", help="Root filesystem to run in (see `danlu images`)."),
+    env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
+    env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Rent COUNT GPUs and run COMMAND on exactly them. Billing is per second."""
-    body = {"gpu_model": gpu, "gpu_count": count, "command": command, "name": name, "interruptible": interruptible}
+    """Rent COUNT GPUs and run COMMAND on exactly them, in a sandbox. Billing is per second."""
+    body = {
+        "gpu_model": gpu,
+        "gpu_count": count,
+        "command": command,
+        "name": name,
+        "interruptible": interruptible,
+        "image": image,
+        "env": parse_env(env, env_file),
+    }
     v = Client().post("/instances", json=body)
     if as_json:
         print_json(v)
@@ -68,13 +79,41 @@ def show(instance_id: str, as_json: bool = JsonOpt) -> None:
         print_json(v)
         return
     r = _row(v)
+    r["sandbox_text"] = sandbox_text(v.get("sandbox"))
     for key, label in [
         *COLUMNS,
         ("status_reason", "reason"),
         ("exit_code", "exit code"),
         ("gpu_indices", "GPU indices"),
+        ("image", "image"),
+        ("sandbox_text", "sandbox"),
     ]:
         console.print(f"{label:>12}: {r.get(key)}", markup=False, highlight=False)
+
+
+def sandbox_text(sb: dict[str, Any] | None) -> str:
+    """One line of what a run's sandbox was given."""
+    if not sb:
+        return "-"
+    if sb.get("sandbox") != "bubblewrap":
+        return f"none ({sb.get('sandbox')}: runs as the platform's user)"
+    cpus = sb.get("cpus_milli", 0) / 1000
+    return (
+        f"bubblewrap, uid {sb.get('uid')}, network {sb.get('network')}, {cpus:g} vCPU, "
+        f"{sb.get('memory_mb')} MiB RAM, {sb.get('pids')} processes, {sb.get('disk_mb')} MiB disk "
+        f"(enforced by {sb.get('limits_enforced_by')})"
+    )
+
+
+def images(as_json: bool = JsonOpt) -> None:
+    """Root filesystems you can rent in (`danlu rent --image NAME`)."""
+    rows = Client().get("/images")
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        r["size"] = "shared with the host" if r["size_bytes"] is None else f"{r['size_bytes'] / 2**20:.1f} MiB"
+    print_table(rows, [("name", "image"), ("size", "size"), ("description", "description")])
 
 
 def stop(instance_id: str, as_json: bool = JsonOpt) -> None:
@@ -113,5 +152,5 @@ def events(instance_id: str, as_json: bool = JsonOpt) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("rent", context_settings={"allow_interspersed_args": False})(rent)
-    for fn in (ps, show, stop, start, rm, logs, events):
+    for fn in (ps, show, stop, start, rm, logs, events, images):
         app.command(fn.__name__)(fn)

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from danlu.cli.client import Client, follow_log
-from danlu.cli.output import JsonOpt, console, print_json, print_table
+from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
 
 job_app = typer.Typer(help="Inspect and cancel batch jobs.", no_args_is_help=True)
 COLUMNS = [
@@ -36,6 +36,9 @@ def run(
     est_duration: int = typer.Option(None, "--est-duration", help="Estimated seconds on the first --gpu model."),
     interruptible: bool = typer.Option(False, "--interruptible", help="Cheaper; may be preempted with notice."),
     priority: str = typer.Option("normal", "--priority", help="high, normal or low."),
+    image: str = typer.Option("host", "--image", help="Root filesystem to run in (see `danlu images`)."),
+    env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
+    env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Queue a training job; the scheduler runs it on the cheapest GPUs that meet its needs."""
@@ -48,6 +51,8 @@ def run(
         "est_duration_s": est_duration,
         "interruptible": interruptible,
         "priority": priority,
+        "image": image,
+        "env": parse_env(env, env_file),
     }
     v = Client().post("/jobs", json=body)
     if as_json:

@@ -31,6 +31,25 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str
     console.print(table)
 
 
+def parse_env(pairs: Sequence[str] | None, env_file: str | None) -> dict[str, str]:
+    """``--env K=V`` (repeatable) and ``--env-file FILE`` (K=V lines, # comments) → a dict; the
+    server validates names and sizes."""
+    env: dict[str, str] = {}
+    lines: list[str] = []
+    if env_file:
+        try:
+            with open(env_file, encoding="utf-8") as f:
+                lines = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+        except OSError as exc:
+            fail(f"cannot read --env-file {env_file}: {exc.strerror}", "invalid_env")
+    for item in [*lines, *(pairs or [])]:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--env takes NAME=VALUE, not {item!r}", "invalid_env")
+        env[key.strip()] = value
+    return env
+
+
 def fail(message: str, code: str | None = None, exit_code: int = 1) -> NoReturn:
     prefix = f"error [{code}]: " if code else "error: "
     err_console.print(prefix + message, markup=False, highlight=False, soft_wrap=True)

@@ -25,6 +25,11 @@ def server(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port"),
     data_dir: Path = typer.Option(None, "--data-dir", help="Workspaces, logs, admin token, SQLite file."),
+    sandbox_dir: Path = typer.Option(
+        None,
+        "--sandbox-dir",
+        help="Where renters' workspaces live (default: the data directory, when others may traverse its parents).",
+    ),
     simulate_gpus: str = typer.Option(
         "", "--simulate-gpus", help=f"Declare simulated GPUs instead of NVML, e.g. {DEFAULT_SIMULATED_SPEC}"
     ),
@@ -35,6 +40,22 @@ def server(
     tick: float = typer.Option(1.0, "--tick", help="Seconds between process checks."),
     policy: str = typer.Option("danlu", "--policy", help="Job scheduling policy: fifo, backfill, danlu, danlu-cost."),
     preempt_notice: int = typer.Option(60, "--preempt-notice", help="Guaranteed notice (s) before a preemption."),
+    no_sandbox: bool = typer.Option(
+        False, "--no-sandbox", help="Run renters' code unsandboxed, as this server's user: one trusted user only."
+    ),
+    network: str = typer.Option(
+        None,
+        "--network",
+        help="Sandbox network policy of this host: auto (outbound where it works), none, outbound, host.",
+    ),
+    cgroups: str = typer.Option("auto", "--cgroups", help="Limits through cgroups: auto, v2, v1, off (rlimits)."),
+    sandbox_uids: str = typer.Option(
+        "2000000-2999999", "--sandbox-uids", help="Range of unprivileged uids given to renters, one each."
+    ),
+    cpus_per_gpu: float = typer.Option(None, "--cpus-per-gpu", help="vCPUs a rental gets per GPU."),
+    mem_per_gpu: str = typer.Option(None, "--mem-per-gpu", help="Memory a rental gets per GPU, e.g. 16G."),
+    disk_per_gpu: str = typer.Option(None, "--disk-per-gpu", help="Workspace disk per GPU, e.g. 100G."),
+    pids_per_gpu: int = typer.Option(None, "--pids-per-gpu", help="Processes a rental may run per GPU."),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
     # Heavy imports (SQLAlchemy, Alembic, uvicorn) only when the server really starts, so that
@@ -42,8 +63,8 @@ def server(
     import uvicorn
 
     from danlu.api.app import create_app
-    from danlu.compute.executor import LocalExecutor
     from danlu.compute.gpus import discover_nvml, parse_simulated_spec
+    from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
     from danlu.context import Platform, Settings
     from danlu.core.clock import SystemClock
     from danlu.core.errors import DanluError
@@ -53,6 +74,7 @@ def server(
     from danlu.server.loop import ControlLoop
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)  # the platform's own files are private unless a folder is opened up on purpose
     data_dir = (data_dir or default_data_dir()).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     url = db or f"sqlite:///{data_dir / 'danlu.db'}"
@@ -71,9 +93,29 @@ def server(
                     "(every listing marks them simulated)"
                 )
         get_policy(policy)  # fail fast on a typo
+        uid_first, uid_count = parse_uid_range(sandbox_uids)
+        try:
+            backend, sandbox = make_local_backend(
+                data_dir, no_sandbox=no_sandbox, cgroups=cgroups, network=network or "auto"
+            )
+        except (OSError, ValueError) as exc:
+            raise DanluError("sandbox_setup", str(exc)) from None
+        host_settings = host_flags(cpus_per_gpu, mem_per_gpu, disk_per_gpu, pids_per_gpu)
+        if network is not None:
+            host_settings["network_policy"] = sandbox.network  # as asked (auto: outbound where it works)
         clock = SystemClock()
         database = open_database(url)
-        boot = bootstrap(database, data_dir, currency, gpus, clock.now_ms())
+        sandbox_dir = sandbox_dir.resolve() if sandbox_dir else sandbox_dir_for(data_dir, sandbox)
+        boot = bootstrap(
+            database,
+            data_dir,
+            currency,
+            gpus,
+            clock.now_ms(),
+            host_settings=host_settings,
+            sandbox=sandbox,
+            sandbox_dir=sandbox_dir,
+        )
     except DanluError as exc:
         typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
         raise typer.Exit(2) from None
@@ -85,8 +127,11 @@ def server(
         tick_interval_s=tick,
         scheduler_policy=policy,
         preempt_notice_s=preempt_notice,
+        sandbox_uid_first=uid_first,
+        sandbox_uid_count=uid_count,
+        sandbox_dir=sandbox_dir,
     )
-    platform = Platform(db=database, clock=clock, executor=LocalExecutor(), settings=settings)
+    platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform)
     app = create_app(platform, loop)
     typer.echo(f"danlu {boot.currency} platform on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
@@ -94,6 +139,9 @@ def server(
     typer.echo(f"GPUs: {len(gpus)} — {gpu_note}")
     for g in gpus:
         typer.echo(f"  [{g.index}] {g.model} {g.vram_mb // 1024} GB{'  (simulated)' if g.simulated else ''}")
+    typer.echo(sandbox.banner())
+    if sandbox_dir != data_dir:
+        typer.echo(f"  renters' workspaces: {sandbox_dir} (the data directory's parents are not traversable)")
     token_file = data_dir / "admin-token"
     if boot.admin_token:
         typer.echo(f"admin token (shown once, also in {token_file}, mode 0600): {boot.admin_token}")
@@ -105,6 +153,34 @@ def server(
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         loop.stop()
+
+
+def parse_uid_range(text: str) -> tuple[int, int]:
+    from danlu.core.errors import InvalidInput
+
+    first, _, last = text.partition("-")
+    try:
+        lo, hi = int(first), int(last)
+    except ValueError:
+        raise InvalidInput("invalid_uid_range", "--sandbox-uids is FIRST-LAST, e.g. 2000000-2999999") from None
+    if not 1000 <= lo <= hi < 2**31 - 1:
+        raise InvalidInput("invalid_uid_range", "--sandbox-uids must lie within 1000..2147483646, FIRST <= LAST")
+    return lo, hi - lo + 1
+
+
+def host_flags(cpus: float | None, mem: str | None, disk: str | None, pids: int | None) -> dict[str, int | str]:
+    from danlu.core.units import parse_mib
+
+    out: dict[str, int | str] = {}
+    if cpus is not None:
+        out["cpus_per_gpu_milli"] = round(cpus * 1000)
+    if mem is not None:
+        out["mem_per_gpu_mb"] = parse_mib(mem, "--mem-per-gpu")
+    if disk is not None:
+        out["disk_per_gpu_mb"] = parse_mib(disk, "--disk-per-gpu")
+    if pids is not None:
+        out["pids_per_gpu"] = pids
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ class DiscoveredGpu:
     nvml_name: str
     vram_mb: int
     simulated: bool
+    minor: int | None = None  # /dev/nvidiaN's N (NVML's minor number); a simulated GPU's index
 
 
 def parse_simulated_spec(spec: str, host_name: str) -> list[DiscoveredGpu]:
@@ -53,6 +54,7 @@ def parse_simulated_spec(spec: str, host_name: str) -> list[DiscoveredGpu]:
                     nvml_name=f"simulated {model.name}",
                     vram_mb=model.vram_gb * 1024,
                     simulated=True,
+                    minor=i,
                 )
             )
     if not gpus:
@@ -82,6 +84,10 @@ def discover_nvml() -> list[DiscoveredGpu] | None:
             uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             model = model_for_nvml_name(name)
+            try:
+                minor: int | None = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+            except pynvml.NVMLError:
+                minor = None
             out.append(
                 DiscoveredGpu(
                     index=i,
@@ -90,6 +96,7 @@ def discover_nvml() -> list[DiscoveredGpu] | None:
                     nvml_name=name,
                     vram_mb=int(mem.total) // (1024 * 1024),
                     simulated=False,
+                    minor=minor,
                 )
             )
         return out

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import signal
-from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -22,10 +20,11 @@ from danlu.billing.accounts import lock_user_account, user_account
 from danlu.billing.metering import meter_user
 from danlu.billing.rating import cumulative_cost
 from danlu.catalog.gpu_models import resolve_model
-from danlu.compute import allocations
-from danlu.compute.executor import LaunchSpec, ProcessRef
+from danlu.compute import allocations, images
+from danlu.compute.envvars import validate_env
 from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
 from danlu.compute.quotas import check_quota
+from danlu.compute.runs import build_spec, check_may_run, launch, write_preempt_deadline
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -34,7 +33,6 @@ from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
-PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
 
 
 def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms: int, action: str) -> None:
@@ -141,70 +139,6 @@ def rental_plan(inst: Instance) -> str:
     return "interruptible" if inst.interruptible else "on-demand"
 
 
-def run_dir(p: Platform, inst: Instance) -> Path:
-    """Where a run's output log and exit status live: per job for job runs (logs accumulate
-    across requeues), per instance otherwise."""
-    return p.run_dirs / (inst.job_id or inst.id)
-
-
-def launch_env(session: Session, inst: Instance, alloc: Allocation) -> dict[str, str]:
-    gpus = session.scalars(select(Gpu).where(Gpu.allocation_id == alloc.id).order_by(Gpu.idx)).all()
-    simulated = any(g.simulated for g in gpus)
-    # Real GPUs by UUID (immune to CUDA's device ordering); simulated ones by their index.
-    visible = ",".join(str(g.idx) if g.simulated else g.uuid for g in gpus)
-    return {
-        "CUDA_VISIBLE_DEVICES": visible,
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "DANLU_INSTANCE_ID": inst.id,
-        "DANLU_GPU_MODEL": inst.gpu_model,
-        "DANLU_GPUS_SIMULATED": "1" if simulated else "0",
-        # Where a preemption notice appears (interruptible rentals and job runs): the deadline.
-        "DANLU_PREEMPT_FILE": str(Path(inst.workspace) / PREEMPT_FILE),
-    }
-
-
-def launch(
-    p: Platform, instance_id: str, env: dict[str, str], command: list[str], workspace: Path, rundir: Path
-) -> None:
-    """Start the process (outside any transaction), then record it: pending → running."""
-    spec = LaunchSpec(command=command, workspace=workspace, run_dir=rundir, env=env)
-    try:
-        ref: ProcessRef | None = p.executor.launch(spec)
-        error = ""
-    except OSError as exc:
-        ref, error = None, str(exc)
-    now = p.clock.now_ms()
-    kill = term = False
-    with p.db.write() as s:
-        inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
-        assert inst is not None
-        if ref is None:
-            if inst.status == Status.PENDING:
-                end_allocation(s, inst, now)
-                transition(s, inst, Status.LOST, f"could not start the process: {error}", now, "launch")
-            return
-        alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
-        if inst.status != Status.PENDING:
-            kill = True  # destroyed (or stopped) while the process was being started: it must not run
-        elif alloc is None or alloc.settled:
-            # The balance ran out while the process was starting: the meter ended this allocation.
-            kill = True
-            end_allocation(s, inst, now)
-            transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
-        else:
-            inst.pid, inst.proc_start_ticks, inst.last_seen_alive_ms = ref.pid, ref.start_ticks, now
-            inst.kill_after_ms = None
-            transition(s, inst, Status.RUNNING, "process started", now, "launch")
-            if inst.job_id is not None:
-                from danlu.scheduling.jobs import stop_if_cancelled  # jobs build on instances
-
-                term = stop_if_cancelled(p, s, inst) is not None
-    if kill:
-        p.executor.signal_group(ref, signal.SIGKILL)
-    elif term:
-        p.executor.signal_group(ref, signal.SIGTERM)
-
-
 def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:
     """End GPU billing of the instance's current allocation at ``end_ms`` and post it."""
     if inst.current_allocation_id is None:
@@ -231,14 +165,19 @@ def rent(
     command: list[str],
     name: str = "",
     interruptible: bool = False,
+    image: str = images.HOST_IMAGE,
+    env: dict[str, str] | None = None,
 ) -> InstanceView:
-    """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them."""
+    """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them,
+    in a sandbox with ``image`` as its root and the renter's own ``env``."""
+    check_may_run(p, user)
     model = resolve_model(gpu_model).name
-    if not isinstance(gpu_count, int) or gpu_count <= 0:
-        raise InvalidInput("invalid_gpu_count", "--count must be a whole number of GPUs, at least 1")
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 < gpu_count <= 1024:
+        raise InvalidInput("invalid_gpu_count", "--count must be a whole number of GPUs, from 1 to 1024")
     command = _validate_command(command)
-    if len(name) > 64:
-        raise InvalidInput("invalid_name", "instance names are at most 64 characters")
+    env = validate_env(env)
+    if len(name) > 64 or "\x00" in name:
+        raise InvalidInput("invalid_name", "instance names are at most 64 characters, without NUL bytes")
     instance_id = "i-" + secrets.token_hex(5)
     now = p.clock.now_ms()
     with p.db.write() as s:
@@ -253,33 +192,35 @@ def rent(
             gpu_count=gpu_count,
             command_json=json.dumps(command),
             workspace=str(p.workspaces / instance_id),
+            image=image,
+            env_json=json.dumps(env),
             created_at_ms=now,
             updated_at_ms=now,
         )
+        images.resolve(s, image)  # a clear error before anything is claimed
         s.add(inst)
         s.flush()
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
-        env = launch_env(s, inst, alloc)
-    (p.workspaces / instance_id / PREEMPT_FILE).unlink(missing_ok=True)
-    launch(p, instance_id, env, command, p.workspaces / instance_id, p.run_dirs / instance_id)
+        spec = build_spec(p, s, inst, alloc, log_key=instance_id)
+    launch(p, instance_id, spec)
     return show(p, user, instance_id)
 
 
 def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     """Run a stopped/exited/lost instance again on GPUs of the same model, same workspace.
     Never runs on fewer GPUs: if not enough are free it fails and nothing changes."""
+    check_may_run(p, user)
     now = p.clock.now_ms()
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         check_transition(Status(inst.status), Status.PENDING, "start")
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         inst.exit_code = None
+        inst.run_handle = None
         transition(s, inst, Status.PENDING, "start requested", now, "start")
-        env = launch_env(s, inst, alloc)
-        command = json.loads(inst.command_json)
-    (p.workspaces / instance_id / PREEMPT_FILE).unlink(missing_ok=True)
-    launch(p, instance_id, env, command, p.workspaces / instance_id, p.run_dirs / instance_id)
+        spec = build_spec(p, s, inst, alloc, log_key=instance_id)
+    launch(p, instance_id, spec)
     return show(p, user, instance_id)
 
 
@@ -287,27 +228,28 @@ def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
     """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period."""
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
-        ref = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s)
-    if ref.pid:
-        p.executor.signal_group(ref, signal.SIGTERM)
+        handle = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s)
+    if handle is not None:
+        p.backend.terminate(handle)
     return show(p, user, instance_id)
 
 
-def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: int) -> ProcessRef:
-    """running → stopping inside the caller's transaction; the caller sends SIGTERM after commit
-    and the control loop sends SIGKILL once ``kill_after_ms`` has passed."""
+def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: int) -> str | None:
+    """running → stopping inside the caller's transaction; returns the run handle the caller
+    terminates after commit; the control loop kills it once ``kill_after_ms`` has passed."""
     now = p.clock.now_ms()
     transition(s, inst, Status.STOPPING, reason, now, "stop")
     end_allocation(s, inst, now, release=False)  # GPUs are freed when the process is gone
     inst.kill_after_ms = now + grace_s * 1000
-    return ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
+    return inst.run_handle
 
 
-def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reason: str) -> ProcessRef:
+def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reason: str) -> str | None:
     """Preemption notice, inside the caller's transaction: running → stopping; the run's billing at
     its plan ends now and the notice period is billed at the interruptible price (same GPUs, a new
-    allocation) until the process is gone; the deadline is written to ``DANLU_PREEMPT_DEADLINE`` in
-    the workspace. The caller sends SIGTERM after commit; the loop sends SIGKILL at the deadline."""
+    allocation) until the process is gone; the deadline is written to ``DANLU_PREEMPT_DEADLINE``
+    (``$DANLU_PREEMPT_FILE``, read-only to the run). The caller terminates the returned run handle
+    after commit; the loop kills it at the deadline."""
     now = p.clock.now_ms()
     transition(s, inst, Status.STOPPING, reason, now, "preempt")
     old_id = inst.current_allocation_id
@@ -325,23 +267,22 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
         )
     inst.current_allocation_id = notice.id
     inst.kill_after_ms = deadline_ms
-    workspace = Path(inst.workspace)
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / PREEMPT_FILE).write_text(f"{iso(deadline_ms)}\n{deadline_ms // 1000}\n")
-    return ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
+    write_preempt_deadline(p, inst.id, f"{iso(deadline_ms)}\n{deadline_ms // 1000}\n")
+    return inst.run_handle
 
 
-def destroy(p: Platform, user: User, instance_id: str) -> None:
-    """End billing, kill the process group, free the GPUs, delete the workspace."""
+def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed by user") -> None:
+    """End billing, kill the run, free the GPUs, delete the workspace."""
     now = p.clock.now_ms()
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
-        had_process = Status(inst.status) in HAS_PROCESS
-        ref = ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
+        handle = inst.run_handle if Status(inst.status) in HAS_PROCESS else None
         if inst.current_allocation_id is not None:
             end_allocation(s, inst, now)
-        transition(s, inst, Status.DESTROYED, "destroyed by user", now, "destroy")
-    if had_process and ref.pid:
-        p.executor.signal_group(ref, signal.SIGKILL)
+        transition(s, inst, Status.DESTROYED, reason, now, "destroy")
+    if handle is not None:
+        p.backend.kill(handle)
+        p.backend.release(handle)
     shutil.rmtree(p.workspaces / instance_id, ignore_errors=True)
     shutil.rmtree(p.run_dirs / instance_id, ignore_errors=True)
+    shutil.rmtree(p.control_dir(instance_id), ignore_errors=True)

@@ -11,7 +11,7 @@ from danlu.catalog.gpu_models import gpu_models, resolve_model
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
 from danlu.core.money import parse_amount
-from danlu.db.models import Gpu, Price
+from danlu.db.models import Gpu, Host, Price
 
 
 @dataclass
@@ -25,6 +25,11 @@ class Offer:
     currency: str
     simulated: bool
     interruptible_price_per_hour_minor: int | None = None
+    # What one GPU of this offer comes with (the least any host of it gives), as peers list them.
+    cpus_per_gpu_milli: int | None = None
+    mem_per_gpu_mb: int | None = None
+    disk_per_gpu_mb: int | None = None
+    sandbox: str = "bubblewrap"  # bubblewrap | off | unavailable (danlu.compute.sandbox.status)
 
 
 def list_offers(
@@ -50,15 +55,33 @@ def list_offers(
             .group_by(Gpu.model, Gpu.host_id, Gpu.simulated)
         ).all()
         price_rows = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
+        host_rows = {h.id: h for h in s.scalars(select(Host))}
         prices = {m: pr.price_per_hour_minor for m, pr in price_rows.items()}
         spot = {m: pr.interruptible_price_per_hour_minor for m, pr in price_rows.items()}
     table = gpu_models()
     agg: dict[str, Offer] = {}
-    for model, _host, total, busy, vram_mb, simulated in rows:
+    for model, host_id, total, busy, vram_mb, simulated in rows:
         vram_gb = table[model].vram_gb if model in table else int(vram_mb) // 1024
         o = agg.setdefault(
-            model, Offer(model, vram_gb, 0, 0, 0, prices.get(model), cur, bool(simulated), spot.get(model))
+            model,
+            Offer(
+                model,
+                vram_gb,
+                0,
+                0,
+                0,
+                prices.get(model),
+                cur,
+                bool(simulated),
+                spot.get(model),
+                sandbox=p.sandbox.mode,
+            ),
         )
+        host = host_rows.get(host_id)
+        if host is not None:
+            o.cpus_per_gpu_milli = min(o.cpus_per_gpu_milli or host.cpus_per_gpu_milli, host.cpus_per_gpu_milli)
+            o.mem_per_gpu_mb = min(o.mem_per_gpu_mb or host.mem_per_gpu_mb, host.mem_per_gpu_mb)
+            o.disk_per_gpu_mb = min(o.disk_per_gpu_mb or host.disk_per_gpu_mb, host.disk_per_gpu_mb)
         o.free += total - busy
         o.total += total
         o.max_per_host = max(o.max_per_host, total)

@@ -1,27 +1,32 @@
-"""Process reconciliation: what the control loop does every tick, and after a server restart.
+"""Run reconciliation: what the control loop does every tick, and after a server restart.
 
-For every instance that should have a process: if it is alive, note when it was last seen alive
-(and SIGKILL it if a stop's grace period has passed); if it is gone, finish it:
+The backend is asked how every run with a recorded handle stands (one :meth:`Backend.poll`). A
+running one is noted as last seen alive (and killed if a stop's grace period has passed); an ended
+one is finished:
 
 * stop requested → ``stopped`` (billing had already ended at the request);
-* an exit status was recorded → ``exited``, billing ends when the command ended;
-* no exit status → ``lost``, billed up to the last moment it was seen alive and not beyond.
+* ``exited`` → ``exited``, billing ends when the command ended (the reason says if a limit ended it);
+* ``lost`` → ``lost``, billed up to the last moment it was seen alive and not beyond.
 
-The same code adopts processes that kept running while the server was down: they are alive, so
-nothing changes and the meter bills on.
+A verdict is applied only to the run it was reached for: the row is re-read under its lock and
+must still carry the same handle (a ``start`` in between gives it a new one), as dstack guards its
+pipeline results with a lock token. A ``pending`` instance with no handle, that this process is not
+launching, was left by a server that died mid-launch: whatever it left is discarded and it is lost.
+
+The same code adopts runs that kept going while the server was down: they are alive, so nothing
+changes and the meter bills on.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 from dataclasses import dataclass, field
 
 from sqlalchemy import select, update
 
 from danlu.billing.metering import exhaustion_ms, meter_user, open_allocations_by_user
-from danlu.compute.executor import ProcessRef
-from danlu.compute.instances import end_allocation, request_stop, run_dir, transition
+from danlu.compute.backends.base import RunState
+from danlu.compute.instances import end_allocation, request_stop, transition
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -43,23 +48,27 @@ def reconcile(p: Platform) -> TickReport:
     now = p.clock.now_ms()
     with p.db.read() as s:
         rows = s.execute(
-            select(Instance.id, Instance.status, Instance.pid, Instance.proc_start_ticks, Instance.kill_after_ms).where(
+            select(Instance.id, Instance.status, Instance.run_handle, Instance.kill_after_ms).where(
                 Instance.status.in_([st.value for st in HAS_PROCESS])
             )
         ).all()
+    handles = {inst_id: handle for inst_id, _, handle, _ in rows if handle is not None}
+    states = p.backend.poll(list(handles.values())) if handles else {}
     alive_ids: list[str] = []
-    dead: list[str] = []
-    for inst_id, status, pid, ticks, kill_after in rows:
-        if pid is None:
-            continue  # pending: being launched right now
-        ref = ProcessRef(pid, ticks or 0)
-        if p.executor.alive(ref):
+    ended: list[tuple[str, str | None, RunState]] = []
+    for inst_id, status, handle, kill_after in rows:
+        if handle is None:
+            if status == Status.PENDING and not p.backend.launching(inst_id):
+                ended.append((inst_id, None, RunState("lost", reason="the server stopped while starting it")))
+            continue
+        state = states[handle]
+        if state.kind == "running":
             alive_ids.append(inst_id)
             if status == Status.STOPPING and kill_after is not None and kill_after <= now:
-                p.executor.signal_group(ref, signal.SIGKILL)
+                p.backend.kill(handle)
                 report.killed += 1
         else:
-            dead.append(inst_id)
+            ended.append((inst_id, handle, state))
     report.alive = len(alive_ids)
     if alive_ids:
         with p.db.write() as s:
@@ -69,9 +78,9 @@ def reconcile(p: Platform) -> TickReport:
                 .values(last_seen_alive_ms=now)
                 .execution_options(synchronize_session=False)
             )
-    for inst_id in dead:
+    for inst_id, handle, state in ended:
         try:
-            finished = _finish(p, inst_id, now)
+            finished = _finish(p, inst_id, handle, state, now)
         except Exception:  # one bad row must not stop the loop (metering, scheduling, other exits)
             log.exception("could not finish instance %s; retrying next tick", inst_id)
             continue
@@ -80,42 +89,40 @@ def reconcile(p: Platform) -> TickReport:
     return report
 
 
-def _finish(p: Platform, inst_id: str, now: int) -> str | None:
+def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now: int) -> str | None:
     with p.db.write() as s:
         inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
-        if inst is None or Status(inst.status) not in HAS_PROCESS or inst.pid is None:
+        if inst is None or Status(inst.status) not in HAS_PROCESS or inst.run_handle != handle:
+            return None  # changed since it was judged (e.g. started again): the verdict is stale
+        if handle is None and (inst.status != Status.PENDING or p.backend.launching(inst_id)):
             return None
-        info = p.executor.exit_info(run_dir(p, inst))
-        ref = ProcessRef(inst.pid or 0, inst.proc_start_ticks or 0)
-        if info is not None:
-            inst.exit_code = info.code
+        if state.kind == "exited":
+            inst.exit_code = state.code
+        ended = state.ended_ms if state.kind == "exited" and state.ended_ms is not None else None
+        seen = inst.last_seen_alive_ms or inst.updated_at_ms
         if inst.status == Status.STOPPING:
             # A user's stop ended billing at the request already; a preemption notice bills until
             # the process really ended (its exit time, else the last time it was seen alive).
-            seen = inst.last_seen_alive_ms or now
-            end_allocation(s, inst, min(info.ended_ms if info is not None else seen, now))
+            end_allocation(s, inst, min(ended if ended is not None else seen, now))
             transition(s, inst, Status.STOPPED, "process ended after stop", now, "finish")
-        elif info is not None:
-            end_allocation(s, inst, min(info.ended_ms, now))
-            transition(s, inst, Status.EXITED, f"command exited with code {info.code}", now, "finish")
+        elif ended is not None:
+            end_allocation(s, inst, min(ended, now))
+            why = state.reason or f"command exited with code {state.code}"
+            transition(s, inst, Status.EXITED, why, now, "finish")
         else:
-            seen = inst.last_seen_alive_ms or inst.updated_at_ms
             end_allocation(s, inst, min(seen, now))
-            transition(
-                s,
-                inst,
-                Status.LOST,
-                f"process vanished without an exit status; last seen alive {iso(seen)}",
-                now,
-                "finish",
-            )
+            why = state.reason or "process vanished without an exit status"
+            transition(s, inst, Status.LOST, f"{why}; last seen alive {iso(seen)}", now, "finish")
         if inst.job_id is not None:
             from danlu.scheduling.jobs import on_run_finished  # jobs build on instances, not the reverse
 
             on_run_finished(p, s, inst, now)
         new_status = inst.status
-    if ref.pid:  # leftovers of the command's process group must not keep using the GPU
-        p.executor.signal_group(ref, signal.SIGKILL)
+    if handle is None:
+        p.backend.discard(inst_id)
+    else:  # leftovers of the run must not keep using the GPU; then free what the backend holds
+        p.backend.kill(handle)
+        p.backend.release(handle)
     return new_status
 
 
@@ -174,7 +181,7 @@ def _next_exhaustion(p: Platform, now: int) -> int | None:
 
 
 def stop_all_for_exhausted(p: Platform, user_id: int) -> None:
-    refs: list[ProcessRef] = []
+    handles: list[str | None] = []
     with p.db.write() as s:
         insts = s.scalars(
             select(Instance)
@@ -183,9 +190,9 @@ def stop_all_for_exhausted(p: Platform, user_id: int) -> None:
             .with_for_update()
         ).all()
         for inst in insts:
-            refs.append(
+            handles.append(
                 request_stop(p, s, inst, "balance exhausted: top up to start again", p.settings.exhausted_grace_s)
             )
-    for ref in refs:
-        if ref.pid:
-            p.executor.signal_group(ref, signal.SIGTERM)
+    for handle in handles:
+        if handle is not None:
+            p.backend.terminate(handle)

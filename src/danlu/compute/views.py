@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.billing.rating import billable_seconds
-from danlu.compute.executor import read_output
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import NotFound
@@ -39,6 +38,8 @@ class InstanceView:
     price_per_hour_minor: int | None
     currency: str
     created_at_ms: int
+    image: str = "host"
+    sandbox: dict[str, object] | None = None  # what the current/last run was given (uid, limits, network)
 
 
 def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
@@ -91,6 +92,8 @@ def _view(inst: Instance, allocs: list[Allocation], ctx: _Context) -> InstanceVi
         price_per_hour_minor=current.price_per_hour_minor if current else ctx.prices.get(inst.gpu_model),
         currency=ctx.currency,
         created_at_ms=inst.created_at_ms,
+        image=inst.image,
+        sandbox=json.loads(inst.sandbox_json) if inst.sandbox_json else None,
     )
 
 
@@ -132,4 +135,4 @@ def read_log(p: Platform, user: User, instance_id: str, offset: int) -> tuple[st
     """A chunk of the instance's captured stdout/stderr from byte ``offset``; returns (text, next)."""
     with p.db.read() as s:
         get_owned(s, user, instance_id)
-    return read_output(p.run_dirs / instance_id, offset)
+    return p.backend.read_output(instance_id, offset)

@@ -48,6 +48,11 @@ class User(Base):
     credit_limit_minor: Mapped[int] = mapped_column(BigInteger, default=0)
     # Most GPUs this user may hold at once, rentals and job runs together; NULL = no limit.
     gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The unprivileged OS uid/gid this user's sandboxes run under, allocated on first use from the
+    # operator's range; unique, so no two renters ever share one.
+    sandbox_uid: Mapped[int | None] = mapped_column(Integer, nullable=True, unique=True)
+    # Set while the operator has suspended the user (the reason the user is shown); NULL = active.
+    suspended_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
@@ -87,6 +92,13 @@ class Host(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     is_local: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    # What each rental on this host may use, per GPU it rents (set by the operator; shown in offers).
+    cpus_per_gpu_milli: Mapped[int] = mapped_column(Integer, default=1000, server_default="1000")
+    mem_per_gpu_mb: Mapped[int] = mapped_column(BigInteger, default=4096, server_default="4096")
+    disk_per_gpu_mb: Mapped[int] = mapped_column(BigInteger, default=51200, server_default="51200")
+    pids_per_gpu: Mapped[int] = mapped_column(Integer, default=1024, server_default="1024")
+    # Sandbox network: none | outbound | host (see docs/security.md).
+    network_policy: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
 
 
 class Gpu(Base):
@@ -100,6 +112,8 @@ class Gpu(Base):
     nvml_name: Mapped[str] = mapped_column(String(128))
     vram_mb: Mapped[int] = mapped_column(BigInteger)
     simulated: Mapped[bool] = mapped_column(Boolean)
+    # The device node's minor number (/dev/nvidiaN); for a simulated GPU, its index.
+    device_minor: Mapped[int | None] = mapped_column(Integer, nullable=True)
     present: Mapped[bool] = mapped_column(Boolean, default=True)
     # The allocation holding this GPU, or NULL when free. Claimed by a conditional UPDATE.
     allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
@@ -132,8 +146,13 @@ class Instance(Base):
     command_json: Mapped[str] = mapped_column(Text)
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id"), nullable=True)
     workspace: Mapped[str] = mapped_column(Text)
-    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    proc_start_ticks: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    image: Mapped[str] = mapped_column(String(64), default="host", server_default="host")
+    # The renter's own environment variables (JSON object), passed into the sandbox only.
+    env_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+    # The compute backend's opaque handle of the current run; NULL while none is recorded.
+    run_handle: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What the current (or last) run's sandbox was given: uid, limits, network (JSON, for display).
+    sandbox_json: Mapped[str] = mapped_column(Text, default="", server_default="")
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     current_allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     kill_after_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
@@ -218,6 +237,8 @@ class Job(Base):
     current_instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     notice_deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    image: Mapped[str] = mapped_column(String(64), default="host", server_default="host")
+    env_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
 
 class JobEvent(Base):
@@ -228,3 +249,16 @@ class JobEvent(Base):
     to_status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text)
     at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Image(Base):
+    """A root filesystem renters can run in. ``host`` is this host's own /usr, /etc … read-only;
+    ``rootfs`` images live under the data directory, owned by the platform, bound read-only."""
+
+    __tablename__ = "images"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # host | rootfs
+    description: Mapped[str] = mapped_column(Text, default="")
+    root_path: Mapped[str] = mapped_column(Text, default="")
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)

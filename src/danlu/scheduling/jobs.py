@@ -12,8 +12,8 @@ queued (requeued, resumes); running → queued (node lost: retried up to ``job_m
 from __future__ import annotations
 
 import json
+import os
 import secrets
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,15 +23,19 @@ from sqlalchemy.orm import Session
 from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.catalog.gpu_models import resolve_model
+from danlu.compute import images
 from danlu.compute.allocations import capacity
-from danlu.compute.executor import ProcessRef, read_output
+from danlu.compute.envvars import validate_env
 from danlu.compute.instances import request_stop
 from danlu.compute.lifecycle import Status as InstanceStatus
+from danlu.compute.runs import check_may_run
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
 from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
 from danlu.scheduling.model import PRIORITIES
+
+MAX_COMMAND_ARGS = 256
 
 QUEUED, RUNNING, STOPPING = "queued", "running", "stopping"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
@@ -78,7 +82,7 @@ def transition(s: Session, job: Job, to: str, reason: str, now_ms: int) -> None:
 
 
 def job_dir(p: Platform, job_id: str) -> Path:
-    return p.settings.data_dir / "jobs" / job_id
+    return p.sandbox_root / "jobs" / job_id
 
 
 def submit(
@@ -92,12 +96,18 @@ def submit(
     est_duration_s: int | None = None,
     interruptible: bool = False,
     priority: str = "normal",
+    image: str = images.HOST_IMAGE,
+    env: dict[str, str] | None = None,
 ) -> JobView:
     """Queue a job. Validates everything up front so a bad job never sits in the queue."""
+    check_may_run(p, user)
     if not command or not all(isinstance(c, str) and c for c in command[:1]):
         raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
-    if not isinstance(gpus, int) or gpus <= 0:
-        raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, at least 1")
+    if len(command) > MAX_COMMAND_ARGS or any(not isinstance(c, str) or "\x00" in c for c in command):
+        raise InvalidInput("invalid_command", f"a command has at most {MAX_COMMAND_ARGS} arguments and no NUL bytes")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= 1024:
+        raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, from 1 to 1024")
+    env = validate_env(env)
     if priority not in PRIORITIES:
         raise InvalidInput("invalid_priority", f"--priority is one of {', '.join(PRIORITIES)}")
     if est_duration_s is not None and est_duration_s <= 0:
@@ -108,6 +118,7 @@ def submit(
         raise InvalidInput("invalid_deadline", "--deadline is in the past; give a future time")
     job_id = "j-" + secrets.token_hex(5)
     with p.db.write() as s:
+        images.resolve(s, image)
         cur = currency(s)
         max_minor = parse_amount(max_price, cur, field="max price") if max_price is not None else None
         quota = s.execute(select(User.gpu_quota).where(User.id == user.id)).scalar_one()
@@ -145,10 +156,13 @@ def submit(
             attempts=0,
             preemptions=0,
             cancel_requested=False,
+            image=image,
+            env_json=json.dumps(env),
         )
         s.add(job)
         s.add(JobEvent(job_id=job_id, from_status="", to_status=QUEUED, reason="submitted", at_ms=now))
-    (job_dir(p, job_id) / "checkpoints").mkdir(parents=True, exist_ok=True)
+    job_dir(p, job_id).mkdir(parents=True, exist_ok=True)
+    os.chmod(job_dir(p, job_id), 0o711)  # its workspace and checkpoints (0700, the renter's) are bound from here
     return show(p, user, job_id)
 
 
@@ -218,13 +232,13 @@ def read_log(p: Platform, user: User, job_id: str, offset: int) -> tuple[str, in
     """Output of every run of the job (runs append to one log in the job's run directory)."""
     with p.db.read() as s:
         _owned(s, user, job_id)
-    return read_output(p.run_dirs / job_id, offset)
+    return p.backend.read_output(job_id, offset)
 
 
 def cancel(p: Platform, user: User, job_id: str) -> JobView:
     """Cancel: a queued job ends at once; a running one is stopped (SIGTERM, then SIGKILL after
     the stop grace period) and ends as cancelled when its process is gone."""
-    ref: ProcessRef | None = None
+    handle: str | None = None
     now = p.clock.now_ms()
     with p.db.write() as s:
         job = _owned(s, user, job_id, for_update=True)
@@ -236,10 +250,10 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
         elif job.current_instance_id is not None:
             inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
             if inst is not None and inst.status == InstanceStatus.RUNNING:
-                ref = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
+                handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
             # A run still being launched is stopped as soon as it is running (stop_if_cancelled).
-    if ref is not None and ref.pid:
-        p.executor.signal_group(ref, signal.SIGTERM)
+    if handle is not None:
+        p.backend.terminate(handle)
     return show(p, user, job_id)
 
 
@@ -283,9 +297,9 @@ def _losses(s: Session, job: Job) -> int:
     )
 
 
-def stop_if_cancelled(p: Platform, s: Session, inst: Instance) -> ProcessRef | None:
+def stop_if_cancelled(p: Platform, s: Session, inst: Instance) -> str | None:
     """Called when a job's run has just started: a cancel that arrived during its launch takes
-    effect now. Returns the process to SIGTERM after commit, if any."""
+    effect now. Returns the run handle to terminate after commit, if any."""
     job = s.get(Job, inst.job_id) if inst.job_id else None
     if job is None or not job.cancel_requested or inst.status != InstanceStatus.RUNNING:
         return None

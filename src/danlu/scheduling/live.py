@@ -16,21 +16,18 @@ so live rating equals the on-demand/interruptible price.
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
-from danlu.compute.executor import ProcessRef
-from danlu.compute.instances import PREEMPT_FILE, begin_notice, launch, launch_env, open_allocation, run_dir
+from danlu.compute.instances import begin_notice, open_allocation
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
+from danlu.compute.runs import build_spec, launch
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError
@@ -68,7 +65,8 @@ def _hosts(p: Platform) -> tuple[tuple[Host, ...], dict[str, tuple[int, str]]]:
     return tuple(hosts), ids
 
 
-def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
+def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozenset[str]]:
+    """The core's view, the host keys' (host id, model), and which running items are rentals."""
     hosts, ids = _hosts(p)
     now = p.clock.now_ms()
     default_ms = p.settings.job_default_duration_s * 1000
@@ -82,7 +80,10 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
                 prices[(pr.gpu_model, Plan.INTERRUPTIBLE)] = pr.interruptible_price_per_hour_minor
         models_here = {h.gpu_model for h in hosts}
         queue = []
+        suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
         for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
+            if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
+                continue
             allowed = [t for t in job.gpu_types.split(",") if t] or sorted(models_here)
             allowed = [m for m in allowed if m in models_here and (m, Plan.ON_DEMAND) in prices]
             if not allowed:
@@ -124,7 +125,8 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
                     stopping_at_ms=job.notice_deadline_ms,
                 )
             )
-        running.extend(_interruptible_rentals(s, now, default_ms))
+        rentals = _interruptible_rentals(s, now, default_ms)
+        running.extend(rentals)
         quotas, usage = _quotas(s), _usage(s, now)
     view = ClusterView(
         now_ms=now,
@@ -136,7 +138,7 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]]]:
         quotas_gpus=quotas,
         usage=usage,
     )
-    return view, ids
+    return view, ids, frozenset(r.job_id for r in rentals)
 
 
 def _interruptible_rentals(s: Session, now: int, default_ms: int) -> list[Allocation]:
@@ -203,7 +205,7 @@ def schedule_round(p: Platform) -> RoundReport:
     with p.db.read() as s:
         if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
             return report
-    view, ids = _view(p)
+    view, ids, rentals = _view(p)
     if not view.queue:
         return report
     for decision in schedule(view, get_policy(p.settings.scheduler_policy)):
@@ -213,7 +215,7 @@ def schedule_round(p: Platform) -> RoundReport:
                 start_run(p, decision.job_id, host_id, model, decision.gpus, decision.plan.value, decision.reason)
                 report.started.append(decision.job_id)
             elif isinstance(decision, Preempt):
-                preempt = preempt_rental if decision.job_id.startswith("i-") else preempt_run
+                preempt = preempt_rental if decision.job_id in rentals else preempt_run
                 preempt(p, decision.job_id, decision.notice_deadline_ms, decision.reason)
                 report.preempted.append(decision.job_id)
             elif isinstance(decision, Defer):
@@ -250,6 +252,8 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
             gpu_count=gpus,
             command_json=job.command_json,
             workspace=str(jdir / "workspace"),
+            image=job.image,
+            env_json=job.env_json,
             created_at_ms=now,
             updated_at_ms=now,
         )
@@ -262,20 +266,10 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
         if job.first_start_ms is None:
             job.first_start_ms = now
         jobsvc.transition(s, job, jobsvc.RUNNING, f"{reason} ({gpus}× {model}, {plan})", now)
-        env = launch_env(s, inst, alloc)
-        env.update(
-            {
-                "DANLU_JOB_ID": job.id,
-                "DANLU_CHECKPOINT_DIR": str(jdir / "checkpoints"),
-                "DANLU_ATTEMPT": str(job.attempts),
-            }
-        )
-        command = json.loads(job.command_json)
-        rdir = run_dir(p, inst)
-        workspace = Path(inst.workspace)
+        extra = {"DANLU_JOB_ID": job.id, "DANLU_ATTEMPT": str(job.attempts)}
+        spec = build_spec(p, s, inst, alloc, log_key=job.id, checkpoints=jdir / "checkpoints", extra_env=extra)
         instance_id = inst.id
-    (workspace / PREEMPT_FILE).unlink(missing_ok=True)
-    launch(p, instance_id, env, command, workspace, rdir)
+    launch(p, instance_id, spec)
     return instance_id
 
 
@@ -290,12 +284,12 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
         if inst is None or Status(inst.status) not in HAS_PROCESS:
             return
         deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
-        ref: ProcessRef = begin_notice(p, s, inst, deadline, f"preempted: {reason}")
+        handle = begin_notice(p, s, inst, deadline, f"preempted: {reason}")
         job.preemptions += 1
         job.notice_deadline_ms = deadline
         jobsvc.transition(s, job, jobsvc.STOPPING, f"preempted: {reason}; notice until {iso(deadline)}", now)
-    if ref.pid:
-        p.executor.signal_group(ref, signal.SIGTERM)
+    if handle is not None:
+        p.backend.terminate(handle)
     log.info("preempted %s until %s", job_id, deadline_ms)
 
 
@@ -307,7 +301,7 @@ def preempt_rental(p: Platform, instance_id: str, deadline_ms: int, reason: str)
         if inst is None or not inst.interruptible or inst.status != Status.RUNNING.value:
             return
         deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
-        ref = begin_notice(p, s, inst, deadline, f"preempted: {reason}; notice until {iso(deadline)}")
-    if ref.pid:
-        p.executor.signal_group(ref, signal.SIGTERM)
+        handle = begin_notice(p, s, inst, deadline, f"preempted: {reason}; notice until {iso(deadline)}")
+    if handle is not None:
+        p.backend.terminate(handle)
     log.info("preempted rental %s until %s", instance_id, iso(deadline))

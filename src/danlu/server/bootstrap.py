@@ -1,5 +1,9 @@
-"""First-start and every-start work: migrate, settings, system accounts, the local host and its
-GPUs, and the admin user (token printed once and written to DATA_DIR/admin-token, mode 0600)."""
+"""First-start and every-start work: migrate, settings, system accounts, the local host with its
+GPUs and per-GPU limits, the built-in image, the admin user (token printed once and written to
+DATA_DIR/admin-token, mode 0600), and the data directory's permissions: the platform's own files
+(database, tokens, logs, run folders) are 0600/0700. The sandbox folder (the data folder itself
+unless the operator chose another) is 0711, traversable but not listable, since bubblewrap binds
+each run's workspace by path as the renter's uid; each workspace is 0700 and owned by that uid."""
 
 from __future__ import annotations
 
@@ -13,7 +17,11 @@ from sqlalchemy.orm import Session
 
 from danlu.accounts.service import create_user
 from danlu.billing.accounts import ensure_accounts
+from danlu.compute.devices import make_simulated_device_files
 from danlu.compute.gpus import DiscoveredGpu
+from danlu.compute.hosts import machine_defaults
+from danlu.compute.images import ensure_host_image
+from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent
 from danlu.db.engine import Database, migrate
@@ -28,10 +36,55 @@ class BootResult:
     currency: str
 
 
-def bootstrap(db: Database, data_dir: Path, currency: str, gpus: list[DiscoveredGpu], now_ms: int) -> BootResult:
+PRIVATE_DIRS = ("runs",)  # 0700: only the platform
+SANDBOX_DIRS = ("workspaces", "jobs", "control", "images", "devices")  # 0711: bound into sandboxes
+
+
+def _mkdirs(path: Path, mode: int) -> None:
+    """``mkdir -p`` whose new folders get ``mode`` whatever the umask."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(exist_ok=True)
+        os.chmod(folder, mode)
+
+
+def secure_data_dir(data_dir: Path, db_url: str = "", sandbox_dir: Path | None = None) -> None:
+    sandbox_dir = sandbox_dir or data_dir
+    _mkdirs(sandbox_dir, 0o711)
+    _mkdirs(data_dir, 0o700)
+    for folder in {data_dir, sandbox_dir}:
+        os.chmod(folder, 0o711 if folder == sandbox_dir else 0o700)
+    for name in PRIVATE_DIRS:
+        (data_dir / name).mkdir(exist_ok=True)
+        os.chmod(data_dir / name, 0o700)
+    for name in SANDBOX_DIRS:
+        (sandbox_dir / name).mkdir(exist_ok=True)
+        os.chmod(sandbox_dir / name, 0o711)
+    if db_url.startswith("sqlite:///"):
+        db_file = Path(db_url.removeprefix("sqlite:///"))
+        for path in (db_file, Path(f"{db_file}-wal"), Path(f"{db_file}-shm")):
+            if path.exists():
+                os.chmod(path, 0o600)
+
+
+def bootstrap(
+    db: Database,
+    data_dir: Path,
+    currency: str,
+    gpus: list[DiscoveredGpu],
+    now_ms: int,
+    *,
+    host_settings: dict[str, int | str] | None = None,
+    sandbox: SandboxStatus | None = None,
+    sandbox_dir: Path | None = None,
+) -> BootResult:
+    """``host_settings``: per-GPU limits / network policy of the local host given on the command
+    line (the rest keep their stored values, or this machine's defaults on a new host, whose
+    network policy is the sandbox's ``auto`` choice)."""
     migrate(db)
     exponent(currency)  # validates the code
-    data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(data_dir, db.url, sandbox_dir)
+    make_simulated_device_files(sandbox_dir or data_dir, [g.uuid for g in gpus if g.simulated])
     token: str | None = None
     with db.write() as s:
         existing = s.get(Setting, "currency")
@@ -46,7 +99,8 @@ def bootstrap(db: Database, data_dir: Path, currency: str, gpus: list[Discovered
         ensure_accounts(s, currency.upper())
         if s.scalars(select(User).where(User.is_admin.is_(True))).first() is None:
             _, token = create_user(s, ADMIN_NAME, now_ms, is_admin=True)
-        _register_host(s, gpus, now_ms)
+        _register_host(s, gpus, now_ms, host_settings or {}, sandbox)
+        ensure_host_image(s, now_ms)
         cur = s.get(Setting, "currency")
         assert cur is not None
     if token is not None:
@@ -58,13 +112,22 @@ def bootstrap(db: Database, data_dir: Path, currency: str, gpus: list[Discovered
     return BootResult(admin_token=token, currency=cur.value)
 
 
-def _register_host(s: Session, gpus: list[DiscoveredGpu], now_ms: int) -> None:
+def _register_host(
+    s: Session, gpus: list[DiscoveredGpu], now_ms: int, settings: dict[str, int | str], sandbox: SandboxStatus | None
+) -> None:
     name = socket.gethostname() or "local"
     host = s.scalars(select(Host).where(Host.name == name)).first()
     if host is None:
-        host = Host(name=name, is_local=True, created_at_ms=now_ms)
+        network = sandbox.network if sandbox is not None and sandbox.sandboxed else "none"
+        host = Host(
+            name=name, is_local=True, created_at_ms=now_ms, network_policy=network, **machine_defaults(len(gpus))
+        )
         s.add(host)
         s.flush()
+    for key, value in settings.items():
+        setattr(host, key, value)
+    if host.network_policy == "outbound" and sandbox is not None and not sandbox.outbound_ok:
+        host.network_policy = "none"  # it cannot be given here any more (e.g. no longer root)
     seen: set[str] = set()
     for g in gpus:
         uuid = g.uuid
@@ -82,11 +145,13 @@ def _register_host(s: Session, gpus: list[DiscoveredGpu], now_ms: int) -> None:
                     nvml_name=g.nvml_name,
                     vram_mb=g.vram_mb,
                     simulated=g.simulated,
+                    device_minor=g.minor,
                     present=True,
                 )
             )
         else:
             row.present, row.idx, row.model, row.vram_mb = True, g.index, g.model, g.vram_mb
+            row.device_minor = g.minor
     for row in s.scalars(select(Gpu).where(Gpu.host_id == host.id)):
         if row.uuid not in seen:
             row.present = False  # gone from this host; never offered again until it returns

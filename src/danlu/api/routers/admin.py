@@ -36,7 +36,10 @@ def create(body: UserCreate, p: PlatformDep, _admin: AdminUser) -> UserOut:
 @router.get("/users", response_model=list[UserOut])
 def list_users(p: PlatformDep, _admin: AdminUser) -> list[UserOut]:
     with p.db.read() as s:
-        return [UserOut(name=u.name, is_admin=u.is_admin) for u in s.scalars(select(User).order_by(User.id))]
+        return [
+            UserOut(name=u.name, is_admin=u.is_admin, suspended_reason=u.suspended_reason, sandbox_uid=u.sandbox_uid)
+            for u in s.scalars(select(User).order_by(User.id))
+        ]
 
 
 @router.post("/users/{name}/topup", response_model=TopupOut)

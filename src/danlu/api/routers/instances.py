@@ -19,7 +19,9 @@ def _wake(request: Request) -> None:
 
 @router.post("", response_model=InstanceOut, status_code=201)
 def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
-    view = svc.rent(p, user, body.gpu_model, body.gpu_count, body.command, body.name, body.interruptible)
+    view = svc.rent(
+        p, user, body.gpu_model, body.gpu_count, body.command, body.name, body.interruptible, body.image, body.env
+    )
     _wake(request)
     return InstanceOut.of(view)
 

@@ -24,6 +24,8 @@ class JobIn(Strict):
     est_duration_s: int | None = None
     interruptible: bool = False
     priority: str = "normal"
+    image: str = Field("host", max_length=64)
+    env: dict[str, str] = Field(default_factory=dict)
 
 
 class JobOut(BaseModel):
@@ -95,6 +97,8 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
         body.est_duration_s,
         body.interruptible,
         body.priority,
+        body.image,
+        body.env,
     )
     loop = getattr(request.app.state, "loop", None)
     if loop is not None:

@@ -1,0 +1,133 @@
+"""The compute backend protocol: the one seam between the platform and whatever runs workloads.
+
+Above this line nothing knows what a pid, a cgroup or a Slurm job id is. The platform hands a
+backend a :class:`RunSpec` and gets back an opaque **run handle** (a string it stores and hands
+back verbatim); it then asks the backend, every tick, how each handle's run stands
+(:meth:`Backend.poll`: running, exited with code and time, or lost) and tells it to terminate
+(graceful) or kill (hard) a run. The local sandbox is the first backend; Slurm and Kubernetes
+follow on the same protocol.
+
+Launch is two-phase so no command ever runs untracked: :meth:`Backend.launch` prepares the run and
+returns its handle with the command **not yet started**; the platform records the handle, then
+calls :meth:`Backend.start`. If the server dies in between, the run never starts, and a restarted
+server finds it through its handle (or, with no handle, through :meth:`Backend.discard`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+
+class LaunchError(Exception):
+    """The run could not be prepared (sandbox set-up failed, no such image …); nothing runs."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use; enforced by the backend (cgroups, else rlimits and checks)."""
+
+    cpus_milli: int  # 1000 = one core
+    memory_bytes: int
+    pids: int
+    disk_bytes: int  # the workspace
+
+    def describe(self) -> dict[str, int]:
+        return {
+            "cpus_milli": self.cpus_milli,
+            "memory_mb": self.memory_bytes >> 20,
+            "pids": self.pids,
+            "disk_mb": self.disk_bytes >> 20,
+        }
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU device node: where it is on the host, and where the run sees it."""
+
+    host_path: Path
+    sandbox_path: str
+    simulated: bool
+
+
+@dataclass(frozen=True)
+class ImageRoot:
+    """The root filesystem a run sees, read-only. ``host``: this host's /usr, /etc …;
+    ``rootfs``: a registered tree at ``path``."""
+
+    name: str
+    kind: Literal["host", "rootfs"]
+    path: Path = Path("/")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str  # unique per run (the instance id)
+    log_key: str  # runs sharing a key append to one output log (a job's runs)
+    command: list[str]
+    env: dict[str, str]  # platform variables + the renter's own; the backend adds PATH, HOME …
+    workspace: Path  # persistent; the run's /workspace and HOME
+    control_dir: Path  # platform-written, read-only to the run (the preemption deadline file)
+    checkpoints: Path | None = None  # a job's checkpoint directory, persisting across its runs
+    devices: tuple[Device, ...] = ()
+    limits: Limits | None = None
+    image: ImageRoot = ImageRoot("host", "host")
+    network: str = "none"  # none | outbound | host
+    uid: int | None = None  # the renter's own unprivileged uid (= gid)
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """How a run stands. ``exited``: ended by itself (or by a limit), with its code and the
+    moment it ended; ``lost``: gone without an exit status (killed, or its host vanished)."""
+
+    kind: Literal["running", "exited", "lost"]
+    code: int | None = None
+    ended_ms: int | None = None
+    reason: str = ""
+
+
+RUNNING = RunState("running")
+
+
+class Backend(Protocol):
+    name: str
+
+    def launch(self, spec: RunSpec) -> str:
+        """Prepare the run; returns its handle. The command does not start until :meth:`start`."""
+        ...
+
+    def start(self, handle: str) -> None:
+        """Let a launched run's command begin."""
+        ...
+
+    def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
+        """How each run stands now. Cheap enough to call every tick for every run."""
+        ...
+
+    def terminate(self, handle: str) -> None:
+        """Ask the run's processes to end (SIGTERM); the run may checkpoint and exit."""
+        ...
+
+    def kill(self, handle: str) -> None:
+        """End the run at once, every process of it; it leaves no exit status (→ lost/stopped)."""
+        ...
+
+    def release(self, handle: str) -> None:
+        """The platform is done with a finished run: free what the backend holds for it."""
+        ...
+
+    def discard(self, run_id: str) -> None:
+        """Kill whatever a launch of ``run_id`` left behind when its handle was never recorded."""
+        ...
+
+    def launching(self, run_id: str) -> bool:
+        """Whether this process is launching ``run_id`` right now (so a missing handle is not lost)."""
+        ...
+
+    def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+        """A chunk of the captured stdout/stderr from byte ``offset``; returns (text, next offset)."""
+        ...

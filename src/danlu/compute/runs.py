@@ -1,0 +1,176 @@
+"""Starting a run of an instance on the compute backend: what it is given (exactly its GPUs, the
+host's per-GPU limits, its image, the host's network policy, the renter's own uid, an allow-listed
+environment) and the two-phase launch that never leaves a command running untracked:
+
+1. ``backend.launch(spec)`` prepares the run (sandbox, cgroup, network) with the command held back;
+2. one transaction re-reads the locked instance and records the handle (``pending → running``), or,
+   if the instance was destroyed or its balance ran out meanwhile, decides to kill it;
+3. after commit: ``backend.start(handle)`` lets the command begin (or ``backend.kill``).
+
+A server that dies between 1 and 2 leaves an instance ``pending`` with no handle: the next
+reconcile pass discards whatever the launch left and marks it lost. One that dies between 2 and 3
+leaves a run that never started: the backend reports it lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from danlu.compute import hosts, identity, images
+from danlu.compute.backends.base import LaunchError, RunSpec
+from danlu.compute.backends.local import PREEMPT_FILE
+from danlu.compute.devices import devices_for
+from danlu.compute.lifecycle import Status
+from danlu.context import Platform
+from danlu.core.errors import DanluError, Forbidden
+from danlu.db.models import Allocation, Gpu, Host, Instance, User
+
+
+class SandboxUnavailable(DanluError):
+    http_status = 503
+    default_code = "sandbox_unavailable"
+
+
+def check_may_run(p: Platform, user: User) -> None:
+    """A suspended renter runs nothing; without a sandbox only the operator runs anything."""
+    if user.suspended_reason is not None:
+        raise Forbidden(
+            "account_suspended",
+            f"your account is suspended by the operator: {user.suspended_reason}; contact them to resume it",
+        )
+    if p.sandbox.mode == "unavailable" and not user.is_admin:
+        raise SandboxUnavailable(
+            "sandbox_unavailable",
+            f"this server cannot sandbox renters' code ({p.sandbox.detail}); ask the operator to install "
+            "bubblewrap, or to restart with --no-sandbox if you are its only, trusted user",
+        )
+
+
+def platform_env(gpus: list[Gpu], inst: Instance) -> dict[str, str]:
+    simulated = any(g.simulated for g in gpus)
+    # Real GPUs by UUID (immune to CUDA's device ordering); simulated ones by their index.
+    visible = ",".join(str(g.idx) if g.simulated else g.uuid for g in gpus)
+    return {
+        "CUDA_VISIBLE_DEVICES": visible,
+        "NVIDIA_VISIBLE_DEVICES": visible,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "DANLU_INSTANCE_ID": inst.id,
+        "DANLU_GPU_MODEL": inst.gpu_model,
+        "DANLU_GPUS_SIMULATED": "1" if simulated else "0",
+    }
+
+
+def build_spec(
+    p: Platform,
+    s: Session,
+    inst: Instance,
+    alloc: Allocation,
+    *,
+    log_key: str,
+    checkpoints: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> RunSpec:
+    """Everything the backend needs for this run, read inside the caller's transaction. Records on
+    the instance what its sandbox is given (``sandbox_json``), for ``show`` and the operator."""
+    gpus = list(s.scalars(select(Gpu).where(Gpu.allocation_id == alloc.id).order_by(Gpu.idx)))
+    host = s.get(Host, alloc.host_id)
+    assert host is not None
+    env = {**json.loads(inst.env_json or "{}"), **platform_env(gpus, inst), **(extra_env or {})}
+    uid = None
+    if p.sandbox.sandboxed and p.sandbox.identity == "per-renter uid":
+        uid = identity.sandbox_uid(s, inst.user_id, p.settings.sandbox_uid_first, p.settings.sandbox_uid_count)
+    limits = hosts.limits_for(host, inst.gpu_count)
+    network = host.network_policy if p.sandbox.sandboxed else "host"
+    inst.sandbox_json = json.dumps(
+        {
+            "sandbox": p.sandbox.mode,
+            "uid": uid,
+            "network": network,
+            "image": inst.image,
+            "limits_enforced_by": p.sandbox.limits if p.sandbox.sandboxed else "none",
+            **limits.describe(),
+        },
+        sort_keys=True,
+    )
+    return RunSpec(
+        run_id=inst.id,
+        log_key=log_key,
+        command=json.loads(inst.command_json),
+        env=env,
+        workspace=Path(inst.workspace),
+        control_dir=p.control_dir(inst.id),
+        checkpoints=checkpoints,
+        devices=devices_for(gpus, p.sandbox_root),
+        limits=limits,
+        image=images.resolve(s, inst.image),
+        network=network,
+        uid=uid,
+    )
+
+
+def prepare_control_dir(p: Platform, instance_id: str) -> None:
+    """The run's ``/run/danlu``: the platform's own folder (no renter-made symlink can redirect a
+    write), readable by the renter, emptied at every start."""
+    folder = p.control_dir(instance_id)
+    shutil.rmtree(folder, ignore_errors=True)
+    for path in (folder.parent, folder):
+        path.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder.parent, 0o711)
+    os.chmod(folder, 0o755)
+
+
+def write_preempt_deadline(p: Platform, instance_id: str, text: str) -> None:
+    path = p.control_dir(instance_id) / PREEMPT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o644)
+    tmp.replace(path)
+
+
+def launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
+    """Two-phase launch (module docstring): outside any transaction but the recording one."""
+    from danlu.compute.instances import end_allocation, transition  # the write side calls us back
+
+    prepare_control_dir(p, instance_id)
+    try:
+        handle: str | None = p.backend.launch(spec)
+        error = ""
+    except (LaunchError, OSError) as exc:
+        handle, error = None, str(exc)
+    now = p.clock.now_ms()
+    kill = term = False
+    with p.db.write() as s:
+        inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
+        assert inst is not None
+        if handle is None:
+            if inst.status == Status.PENDING:
+                end_allocation(s, inst, now)
+                transition(s, inst, Status.LOST, f"could not start: {error}", now, "launch")
+            return
+        alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
+        if inst.status != Status.PENDING:
+            kill = True  # destroyed (or stopped) while the run was being prepared: it must not run
+        elif alloc is None or alloc.settled:
+            kill = True  # the balance ran out while the run was being prepared
+            end_allocation(s, inst, now)
+            transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
+        else:
+            inst.run_handle, inst.last_seen_alive_ms, inst.kill_after_ms = handle, now, None
+            transition(s, inst, Status.RUNNING, "process started", now, "launch")
+            if inst.job_id is not None:
+                from danlu.scheduling.jobs import stop_if_cancelled  # jobs build on instances
+
+                term = stop_if_cancelled(p, s, inst) is not None
+    if kill:
+        p.backend.kill(handle)
+        p.backend.release(handle)
+        return
+    p.backend.start(handle)
+    if term:
+        p.backend.terminate(handle)

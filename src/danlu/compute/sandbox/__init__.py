@@ -1,0 +1,1 @@
+"""The sandbox of the local backend: bubblewrap arguments, cgroups, network policy, start-up probe."""

@@ -1,0 +1,90 @@
+"""What sandboxing this host can give, found once at start-up, and said in the banner, in every
+listing (``sandbox`` field of offers) and in ``danlu admin hosts``.
+
+* ``bubblewrap``: every rental and job run is sandboxed (the default);
+* ``off``: the operator started the server with ``--no-sandbox`` (one trusted user); runs are plain
+  processes of the platform's user;
+* ``unavailable``: no working bubblewrap; the server refuses rentals by anyone but the operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from danlu.compute.backends.local import LocalBackend, SandboxOptions
+from danlu.compute.sandbox import cgroups as cg
+from danlu.compute.sandbox.network import outbound_available, resolve_policy
+from danlu.compute.sandbox.status import SandboxStatus
+
+NOBODY = 65534
+
+
+def bwrap_works(as_root: bool) -> tuple[bool, str]:
+    """Whether bubblewrap can build a sandbox here (as an unprivileged uid when we are root)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False, "bubblewrap is not installed (Debian package bubblewrap; `make run` installs it as root)"
+    cmd = [exe, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc"]
+    cmd += ["--dev", "/dev", "--disable-userns", "true"]
+    if as_root:
+        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs", *cmd]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=20, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bubblewrap failed to start: {exc}"
+    if r.returncode != 0:
+        msg = r.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+        return False, f"bubblewrap cannot create a sandbox here: {msg[0]} (user namespaces disabled?)"
+    return True, "bubblewrap works"
+
+
+def traversable(path: Path) -> bool:
+    """Whether every existing folder from ``/`` down to ``path`` lets other users pass (o+x)."""
+    return all(folder.stat().st_mode & stat.S_IXOTH for folder in [path, *path.parents] if folder.exists())
+
+
+def sandbox_dir_for(data_dir: Path, status: SandboxStatus) -> Path:
+    """Where what sandboxes bind lives. bubblewrap mounts by path as the renter's uid, so with
+    per-renter uids that folder's ancestors must be traversable: the data folder when they are,
+    else ``/var/lib/danlu/<deployment>`` (e.g. a checkout under a 0700 /root)."""
+    if status.identity != "per-renter uid" or traversable(data_dir.resolve().parent):
+        return data_dir
+    return Path("/var/lib/danlu") / deployment_tag(data_dir)
+
+
+def deployment_tag(data_dir: Path) -> str:
+    """Names this deployment's cgroups apart from another server's on the same host."""
+    return "danlu-" + hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:10]
+
+
+def make_local_backend(
+    data_dir: Path, *, no_sandbox: bool = False, cgroups: str = "auto", network: str = "auto"
+) -> tuple[LocalBackend, SandboxStatus]:
+    """The local backend this host can run, and what it gives. Raises ValueError/OSError when an
+    explicitly asked-for part (``--cgroups v2``, ``--network outbound``) is not available."""
+    if no_sandbox:
+        status = SandboxStatus("off", "renters' code runs as the platform's own user; for one trusted user only")
+        return LocalBackend(data_dir, None), status
+    as_root = os.geteuid() == 0
+    ok, why = bwrap_works(as_root)
+    if not ok:
+        return LocalBackend(data_dir, None), SandboxStatus(
+            "unavailable", f"{why}; rentals are refused to everyone but the operator (or start with --no-sandbox)"
+        )
+    driver = cg.detect(deployment_tag(data_dir), cgroups)
+    policy, note = resolve_policy(network)
+    options = SandboxOptions(cgroups=driver, as_root=as_root, network=policy)
+    status = SandboxStatus(
+        "bubblewrap",
+        note or why,
+        limits=driver.kind if driver is not None else "rlimits",
+        network=policy,
+        identity="per-renter uid" if as_root else "platform user (server not root: no per-renter uid)",
+        outbound_ok=outbound_available()[0],
+    )
+    return LocalBackend(data_dir, options), status

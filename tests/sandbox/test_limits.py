@@ -1,0 +1,118 @@
+"""Hogs in the real sandbox: a fork bomb, a memory hog and a disk filler are contained, the host
+and a neighbouring instance keep running, and the hog ends with a clear reason and is billed only
+until then. Under cgroups (where the host has them) and under the rlimits fallback."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from danlu.compute.sandbox.cgroups import CgroupV1, CgroupV2
+from tests.conftest import LiveServer, wait_for
+from tests.sandbox.conftest import finished, log_of, rent, sandboxed_server
+
+# Every process forks forever and retries when the limit refuses it (a shell's bomb fizzles out).
+FORK_BOMB = "python3 -c 'import os\nwhile True:\n    try: os.fork()\n    except OSError: pass'"
+MEMORY_HOG = "python3 -c 'x = []\nwhile True: x.append(bytearray(16 << 20))'"
+
+
+def _cgroups_here() -> bool:
+    return CgroupV2.usable() or CgroupV1.usable()
+
+
+@pytest.fixture(params=["cgroups", "rlimits"])
+def hogs(request: pytest.FixtureRequest, db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    if request.param == "cgroups" and not _cgroups_here():
+        pytest.skip("this host delegates no cgroup controllers (limits fall back to rlimits)")
+    cgroups = "auto" if request.param == "cgroups" else "off"
+    with sandboxed_server(db_url, tmp_path / "data", cgroups=cgroups) as srv:
+        assert srv.platform.sandbox.limits == ("rlimits" if cgroups == "off" else srv.platform.sandbox.limits)
+        with srv.admin() as a:
+            assert a.put("/admin/prices/T4", json={"price_per_hour": "36.00"}).status_code == 200  # 1 fen/s
+        yield srv
+    srv.platform.db.engine.dispose()
+
+
+@pytest.fixture
+def neighbour(hogs: LiveServer) -> Iterator[tuple[httpx.Client, str]]:
+    with hogs.new_user("nina") as n:
+        iid = rent(n, ["sh", "-c", "while :; do date +%s%N; sleep 0.2; done"])
+        wait_for(lambda: log_of(n, iid).count("\n") >= 2)
+        yield n, iid
+        n.delete(f"/instances/{iid}")
+
+
+def _still_alive(c: httpx.Client, iid: str) -> None:
+    lines_before = log_of(c, iid).count("\n")
+    wait_for(lambda: log_of(c, iid).count("\n") >= lines_before + 3, timeout=10)
+    assert c.get(f"/instances/{iid}").json()["status"] == "running"
+
+
+def _host_can_fork() -> None:
+    assert subprocess.run(["true"], timeout=10).returncode == 0
+
+
+def test_a_fork_bomb_is_contained(hogs: LiveServer, neighbour: tuple[httpx.Client, str]) -> None:
+    n, nid = neighbour
+    with hogs.new_user("bomber") as b:
+        iid = rent(b, ["sh", "-c", FORK_BOMB])
+        time.sleep(3)
+        _host_can_fork()
+        _still_alive(n, nid)
+        if hogs.platform.sandbox.limits.startswith("cgroup"):
+            view = finished(b, iid, timeout=30)  # ended by the platform, with the reason
+            assert view["status"] == "exited" and "process limit" in view["status_reason"], view
+        else:  # rlimits: contained by RLIMIT_NPROC of the renter's own uid, not ended by itself
+            assert b.get(f"/instances/{iid}").json()["status"] == "running"
+            b.post(f"/instances/{iid}/stop")
+            view = finished(b, iid, timeout=30)
+            assert view["status"] == "stopped"
+        _assert_billed_until_it_ended(hogs, b, view)
+        _still_alive(n, nid)
+
+
+def test_a_memory_hog_is_contained(hogs: LiveServer, neighbour: tuple[httpx.Client, str]) -> None:
+    n, nid = neighbour
+    with hogs.new_user("hog") as h:
+        iid = rent(h, ["sh", "-c", MEMORY_HOG])
+        view = finished(h, iid, timeout=60)
+        assert view["status"] == "exited" and view["exit_code"] != 0
+        if hogs.platform.sandbox.limits.startswith("cgroup"):
+            assert view["status_reason"].startswith("out of memory"), view
+        else:  # RLIMIT_AS: the allocation fails inside the process
+            assert "MemoryError" in log_of(h, iid)
+        _assert_billed_until_it_ended(hogs, h, view)
+        _host_can_fork()
+        _still_alive(n, nid)
+
+
+def test_a_disk_filler_is_stopped_at_its_workspace_limit(hogs: LiveServer) -> None:
+    with hogs.new_user("filler") as f:
+        # 64 MiB per GPU: many small files (the disk-usage check) …
+        iid = rent(f, ["sh", "-c", "i=0; while :; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done"])
+        view = finished(f, iid, timeout=60)
+        assert view["status"] == "exited" and "disk limit" in view["status_reason"], view
+        # … and one big file (RLIMIT_FSIZE at the same limit)
+        big = rent(f, ["sh", "-c", "rm -f f*; head -c 100000000 /dev/zero > big; echo rc=$?"])
+        finished(f, big, timeout=60)
+        assert "rc=0" not in log_of(f, big) and "rc=" in log_of(f, big)  # head was stopped (SIGXFSZ)
+        assert (hogs.platform.workspaces / big / "big").stat().st_size <= 64 << 20
+
+
+def _assert_billed_until_it_ended(srv: LiveServer, c: httpx.Client, view: dict[str, object]) -> None:
+    """Billed seconds = its life from rent to the end the platform recorded (1 fen/s), not beyond."""
+    time.sleep(2.5)  # meter passes after the end must add nothing
+    again = c.get(f"/instances/{view['id']}").json()
+    assert again["billed_seconds"] == view["billed_seconds"]
+    events = c.get(f"/instances/{view['id']}/events").json()
+    from datetime import datetime
+
+    started = datetime.fromisoformat(events[0]["at"])
+    ended = datetime.fromisoformat(events[-1]["at"])
+    assert again["billed_seconds"] <= (ended - started).total_seconds() + 1
+    assert again["cost"] == f"{again['billed_seconds'] / 100:.2f}"

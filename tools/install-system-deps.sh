@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The Debian packages the sandbox needs: bubblewrap (the sandbox), slirp4netns + nftables + iproute2
+# (the "outbound" network policy), util-linux (setpriv, prlimit, nsenter, unshare) and, for the
+# tests, busybox-static (a tiny image). Installed only where missing and only when we can (root
+# with apt); otherwise the server says what it lacks and falls back as documented.
+set -u
+need=()
+for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux busybox:busybox-static; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "note: missing ${need[*]} (install them as root: apt-get install ${need[*]}); the sandbox may be limited or unavailable" >&2
+  exit 0
+fi
+echo "installing ${need[*]} (Debian packages) ..."
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "${need[@]}" >/dev/null; } \
+  || echo "note: could not install ${need[*]}; the sandbox may be limited or unavailable" >&2
