@@ -41,6 +41,7 @@ from danlu.server.loop import ControlLoop
 
 
 def build(data: Path, n: int) -> Platform:
+    data.mkdir(parents=True)
     backend, status = make_local_backend(data)
     if not status.sandboxed:
         raise SystemExit(f"no sandbox here: {status.detail}")

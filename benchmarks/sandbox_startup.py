@@ -42,6 +42,7 @@ TARGET_MS = 150.0
 
 def build(root: Path, name: str, no_sandbox: bool, network: str) -> tuple[Platform, User]:
     data = root / name
+    data.mkdir(parents=True)
     backend, status = make_local_backend(data, no_sandbox=no_sandbox, network=network)
     sdir = sandbox_dir_for(data, status)
     db = open_database(f"sqlite:///{data / 'danlu.db'}")

@@ -155,3 +155,47 @@ def test_cancel_while_a_job_run_is_launching_takes_effect(p: Platform) -> None:
     reconcile(p)
     assert jobs.show(p, user, job.id).status == "cancelled"
     assert free_gpus(p) == 4
+
+
+def test_a_verdict_on_an_old_run_never_touches_the_new_one(p: Platform) -> None:
+    """reconcile judged run 1 ended; before it applied that, the instance was started again (run 2).
+    The stale verdict must change nothing and kill nothing (issue 8, item 3)."""
+    from danlu.compute.backends.base import RunState
+    from danlu.compute.reconcile import _finish
+
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["x"])
+    backend = p.backend
+    assert isinstance(backend, RecordingBackend)
+    first = backend.last()
+    instances.stop(p, user, inst.id)
+    backend.die(first)
+    reconcile(p)
+    assert instances.start(p, user, inst.id).status == "running"
+    second = backend.last()
+    assert _finish(p, inst.id, first, RunState("lost"), p.clock.now_ms()) is None
+    assert show(p, user, inst.id).status == "running"
+    assert (second, "kill") not in backend.signals
+
+
+def test_a_start_racing_a_reconcile_pass_is_not_judged_lost(p: Platform) -> None:
+    """A reconcile pass while a start is launching (pending, no handle yet, this process launching
+    it) leaves it alone; the run ends up running."""
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["x"])
+    backend = p.backend
+    assert isinstance(backend, RecordingBackend)
+    instances.stop(p, user, inst.id)
+    backend.die(backend.last())
+    reconcile(p)
+    original = backend.launch
+
+    def launch_during_reconcile(spec: RunSpec) -> str:
+        backend.launching_now.add(spec.run_id)
+        assert reconcile(p).finished == {}
+        backend.launching_now.discard(spec.run_id)
+        return original(spec)
+
+    backend.launch = launch_during_reconcile  # type: ignore[method-assign]
+    assert instances.start(p, user, inst.id).status == "running"
+    assert reconcile(p).alive == 1

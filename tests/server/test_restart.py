@@ -59,3 +59,51 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
     total, _ = billing.ledger_totals(p2)
     assert total == 0
     db2.engine.dispose()
+
+
+def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_url: str, tmp_path: Path) -> None:
+    """The server dies after the sandbox was prepared but before the run's handle was recorded:
+    after a restart the instance is lost (not pending forever, not billing), its GPU is free, the
+    prepared sandbox is gone and its command never ran (issue 8, item 1)."""
+    import psutil
+    import pytest
+
+    from danlu.db.models import Gpu, Instance
+
+    p1, _ = make_platform(db_url, tmp_path / "data", SystemClock(), spec="T4:2")
+    billing.set_price(p1, "T4", "36.00")
+    with p1.db.write() as s:
+        user, _ = create_user(s, "kim", 0)
+        s.expunge(user)
+    billing.admin_topup(p1, "kim", "100.00", "seed")
+    real_launch = p1.backend.launch
+
+    def launch_then_die(spec):  # type: ignore[no-untyped-def]
+        real_launch(spec)
+        raise KeyboardInterrupt  # the process is gone before it records anything
+
+    p1.backend.launch = launch_then_die  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        instances.rent(p1, user, "T4", 1, ["sh", "-c", "echo must-not-run; sleep 60"])
+    with p1.db.read() as s:
+        (inst,) = s.query(Instance).all()
+        assert (inst.status, inst.run_handle) == ("pending", None)
+        iid = inst.id
+    marker = f"/{iid}.exit"
+    assert any(marker in " ".join(pr.info["cmdline"] or []) for pr in psutil.process_iter(["cmdline"]))
+    p1.db.engine.dispose()
+
+    backend2, sandbox2 = make_local_backend(p1.settings.data_dir)
+    p2 = Platform(
+        db=open_database(db_url), clock=SystemClock(), backend=backend2, settings=p1.settings, sandbox=sandbox2
+    )
+    time.sleep(1.2)
+    reconcile(p2)
+    view = instances.show(p2, user, iid)
+    assert view.status == "lost" and "server stopped while starting it" in view.status_reason
+    assert view.billed_seconds == 0
+    with p2.db.read() as s:
+        assert s.query(Gpu).filter(Gpu.allocation_id.is_not(None)).count() == 0
+    wait_for(lambda: not any(marker in " ".join(pr.info["cmdline"] or []) for pr in psutil.process_iter(["cmdline"])))
+    assert "must-not-run" not in p2.backend.read_output(iid, 0)[0]
+    p2.db.engine.dispose()

@@ -92,8 +92,25 @@ def alembic_config(url: str) -> Config:
 
 
 def migrate(db: Database) -> None:
-    """Bring the schema to the newest revision (the server calls this on every start)."""
+    """Bring the schema to the newest revision (the server calls this on every start).
+
+    On SQLite, foreign keys are not enforced while migrating: a batch migration rebuilds a table
+    (create, copy, drop, rename), and dropping a table other rows still reference would fail on a
+    database that holds data. ``PRAGMA foreign_key_check`` then proves nothing was left dangling."""
     cfg = alembic_config(db.url)
-    with db.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    sqlite = is_sqlite(db.url)
+    with db.engine.connect() as conn:
+        raw: Any = conn.connection.driver_connection
+        if sqlite:  # must run outside a transaction to take effect
+            raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                if sqlite:
+                    dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if dangling:
+                        raise RuntimeError(f"migration left rows pointing at nothing: {dangling[:5]}")
+        finally:
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys=ON")
