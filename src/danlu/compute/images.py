@@ -14,6 +14,7 @@ import re
 import shutil
 import stat
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,10 +130,8 @@ def register(p: Platform, name: str, source: str, description: str = "") -> Imag
                 with tarfile.open(src) as tar:
                     root.mkdir(mode=0o755)
                     tar.extractall(root, filter=_no_specials)
-            except tarfile.TarError as exc:
-                raise InvalidInput(
-                    "invalid_image_source", f"{source} is neither a folder nor a tarball: {exc}"
-                ) from None
+            except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:  # a cut-off .tar.gz raises EOFError
+                raise InvalidInput("invalid_image_source", f"{source} is not a readable tarball: {exc}") from None
         os.chmod(root, 0o755)
         size = _du(root)
         with p.db.write() as s:

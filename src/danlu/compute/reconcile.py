@@ -104,7 +104,9 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
             # A user's stop ended billing at the request already; a preemption notice bills until
             # the process really ended (its exit time, else the last time it was seen alive).
             end_allocation(s, inst, min(ended if ended is not None else seen, now))
-            transition(s, inst, Status.STOPPED, "process ended after stop", now, "finish")
+            # Keep saying why it was stopped (the user, the operator's reason, a preemption …).
+            why = inst.status_reason or "stop requested"
+            transition(s, inst, Status.STOPPED, f"{why}; the process has ended", now, "finish")
         elif ended is not None:
             end_allocation(s, inst, min(ended, now))
             why = state.reason or f"command exited with code {state.code}"
