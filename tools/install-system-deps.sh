@@ -5,7 +5,7 @@
 # with apt); otherwise the server says what it lacks and falls back as documented.
 set -u
 need=()
-for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux busybox:busybox-static; do
+for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

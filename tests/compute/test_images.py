@@ -282,3 +282,50 @@ def test_images_over_http_and_a_rental_runs_in_its_image(live: LiveServer, tmp_p
         assert c.delete("/admin/images/mini").status_code == 403
         assert a.delete("/admin/images/mini").status_code == 204
         assert [i["name"] for i in c.get("/images").json()] == ["host"]
+
+
+@pytest.mark.parametrize("target", ["admin-token", "/abs"])
+def test_a_hard_link_to_a_host_file_is_refused_and_the_file_untouched(
+    platform: Platform, tmp_path: Path, target: str
+) -> None:
+    """As root, tarfile would chown/chmod whatever a hard link points at: a crafted image could
+    make the admin token world-readable (found in review). The import refuses such links."""
+    token = platform.settings.data_dir / "admin-token"
+    victim = str(token) if target == "/abs" else os.path.relpath(token, platform.sandbox_root / "images" / "evil")
+    before = token.stat()
+    tarball = tmp_path / "evil.tar"
+    with tarfile.open(tarball, "w") as tar:
+        folder = tarfile.TarInfo("etc")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        info = tarfile.TarInfo("etc/stolen-token")
+        info.type, info.linkname, info.uid, info.mode = tarfile.LNKTYPE, victim, 2_000_001, 0o644
+        tar.addfile(info)
+    assert code_of(lambda: images.register(platform, "evil", str(tarball))) == "invalid_image_source"
+    after = token.stat()
+    assert (after.st_uid, after.st_mode, after.st_nlink) == (before.st_uid, before.st_mode, before.st_nlink)
+    assert not (platform.sandbox_root / "images" / "evil").exists()
+
+
+def test_a_hard_link_inside_the_image_is_kept(platform: Platform, tmp_path: Path) -> None:
+    tarball = tmp_path / "links.tar"
+    with tarfile.open(tarball, "w") as tar:
+        _member(tar, "bin/busybox", b"binary")
+        info = tarfile.TarInfo("bin/sh")
+        info.type, info.linkname = tarfile.LNKTYPE, "bin/busybox"
+        tar.addfile(info)
+    images.register(platform, "links", str(tarball))
+    root = platform.sandbox_root / "images" / "links" / "rootfs"
+    assert (root / "bin" / "sh").stat().st_ino == (root / "bin" / "busybox").stat().st_ino
+    assert (root / "bin" / "sh").stat().st_uid == 0
+
+
+def test_a_folder_others_can_change_is_refused(platform: Platform, tmp_path: Path) -> None:
+    """Copying a folder a renter could write to would let them swap a symlink in mid-copy."""
+    src = make_tree(tmp_path / "src")
+    inner = src / "bin"
+    os.chown(inner, 2_000_009, 2_000_009)
+    assert code_of(lambda: images.register(platform, "theirs", str(src))) == "invalid_image_source"
+    os.chown(inner, 0, 0)
+    os.chmod(inner, 0o777)
+    assert code_of(lambda: images.register(platform, "theirs", str(src))) == "invalid_image_source"

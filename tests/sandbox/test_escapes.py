@@ -213,3 +213,50 @@ def _tree_digest(root: Path) -> str:
             elif p.is_file():
                 h.update(p.read_bytes())
     return h.hexdigest()
+
+
+def test_the_servers_keyring_is_not_shared(sbx: LiveServer, mallory: httpx.Client) -> None:
+    """Every run joins a session keyring of its own: a key in the server's session keyring (as a
+    systemd service has) is invisible to renters, and one renter's keys never reach another's."""
+    import ctypes
+    import platform as host
+
+    if host.machine() != "x86_64":
+        pytest.skip("the test calls keyctl(2)/add_key(2) by their x86_64 syscall numbers")
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(250, 1, None) > 0  # KEYCTL_JOIN_SESSION_KEYRING: a fresh session, like systemd's
+    payload = b"root-key-" + os.urandom(4).hex().encode()
+    key = libc.syscall(248, b"user", b"danlu-canary", payload, len(payload), -3)  # into @s
+    assert key > 0
+    _view, out = attack(
+        mallory, f"cat /proc/keys; keyctl print {key} 2>&1; keyctl add user planted x @s >/dev/null 2>&1; echo end"
+    )
+    assert payload.decode() not in out and "danlu-canary" not in out, out
+    with sbx.new_user("nestor") as n:
+        _view, out = attack(n, "cat /proc/keys; echo end")
+        assert "planted" not in out and "danlu-canary" not in out, out
+
+
+def test_the_host_images_etc_holds_no_service_configs(sbx: LiveServer, mallory: httpx.Client) -> None:
+    """The host image shows a curated /etc: libraries, certificates, name service; not the host's
+    service configs (which may hold secrets), and a passwd naming the renter, not the host's users."""
+    secret = Path("/etc/danlu-test-service.conf")
+    secret.write_text("password=hunter2\n")
+    try:
+        _view, out = attack(
+            mallory, "ls /etc; echo ---; cat /etc/danlu-test-service.conf 2>&1; id -un; cat /etc/passwd"
+        )
+    finally:
+        secret.unlink()
+    listing = out.split("---")[0].split()
+    assert "danlu-test-service.conf" not in listing and "hunter2" not in out
+    assert not {"postgresql", "shadow", "sudoers", "ssh", "systemd", "mysql"} & set(listing), listing
+    assert {"ssl", "ld.so.cache", "passwd"} <= set(listing)
+    assert "renter" in out and "postgres:" not in out
+
+
+def test_outbound_runs_resolve_names_through_slirp(sbx: LiveServer, mallory: httpx.Client) -> None:
+    if not sbx.platform.sandbox.outbound_ok:
+        pytest.skip("outbound needs a root server with slirp4netns and nftables")
+    _view, out = attack(mallory, "cat /etc/resolv.conf")
+    assert out.strip() == "nameserver 10.0.2.3"

@@ -116,3 +116,51 @@ def _assert_billed_until_it_ended(srv: LiveServer, c: httpx.Client, view: dict[s
     ended = datetime.fromisoformat(events[-1]["at"])
     assert again["billed_seconds"] <= (ended - started).total_seconds() + 1
     assert again["cost"] == f"{again['billed_seconds'] / 100:.2f}"
+
+
+def test_deleted_but_open_files_count_against_the_disk_limit(hogs: LiveServer) -> None:
+    """Holding deleted files open hides them from a walk of the workspace; they count anyway."""
+    hold = (
+        "import os, time\nfds = []\n"
+        "for i in range(5):\n"
+        "    f = open(f'/workspace/h{i}', 'wb'); f.write(os.urandom(20 << 20)); f.flush(); os.fsync(f.fileno())\n"
+        "    os.unlink(f'/workspace/h{i}'); fds.append(f)\n"
+        "print('holding', flush=True); time.sleep(120)\n"
+    )
+    with hogs.new_user("hider") as h:
+        iid = rent(h, ["sh", "-c", 'python3 -c "$P"'], env={"P": hold})
+        view = finished(h, iid, timeout=60)
+        assert "holding" in log_of(h, iid)
+        assert view["status"] == "exited" and "disk limit" in view["status_reason"], view
+
+
+def test_a_flood_of_empty_files_hits_the_file_limit(hogs: LiveServer) -> None:
+    """Inodes are a resource too: empty files cost no bytes but are capped in number."""
+    with hogs.new_user("inodes") as f:
+        iid = rent(
+            f, ["sh", "-c", "python3 -c \"[open(f'/workspace/e{i}', 'w').close() for i in range(200000)]\"; sleep 60"]
+        )
+        view = finished(f, iid, timeout=90)
+        assert view["status"] == "exited" and "file limit" in view["status_reason"], view
+
+
+def test_a_jobs_checkpoints_count_against_its_disk_limit(hogs: LiveServer) -> None:
+    with hogs.new_user("ckpt") as c:
+        r = c.post(
+            "/jobs",
+            json={
+                "command": [
+                    "sh",
+                    "-c",
+                    "i=0; while :; do head -c 1048576 /dev/zero > /checkpoints/c$i; i=$((i+1)); done",
+                ],
+                "gpus": 1,
+                "gpu_types": ["T4"],
+            },
+        )  # noqa: E501
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        done = wait_for(lambda: (v := c.get(f"/jobs/{jid}").json())["status"] in ("failed", "succeeded") and v, 60)
+        assert isinstance(done, dict) and done["status"] == "failed"
+        events = c.get(f"/jobs/{jid}/events").json()
+        assert any("disk limit" in e["reason"] for e in events) or "disk limit" in done["status_reason"], events

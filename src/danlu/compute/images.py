@@ -2,9 +2,9 @@
 
 ``host`` is built in: this host's own ``/usr``, ``/etc``, ``/bin`` … read-only. The operator
 registers more from a folder (e.g. a debootstrap tree) or a tarball (e.g. ``docker export`` output);
-the platform copies it under ``DATA/images/NAME/rootfs``, owned by the platform, and every sandbox
-binds it read-only, so nothing a renter does changes it. Device nodes, FIFOs and setuid/setgid
-bits are dropped on import (and bubblewrap mounts binds ``nosuid``/``nodev`` anyway).
+the platform copies it under ``SANDBOX_DIR/images/NAME/rootfs``, owned by root, and every sandbox
+binds it read-only, so nothing a renter does changes it. The import trusts nothing in the source
+(danlu.compute.image_import); bubblewrap mounts binds ``nosuid``/``nodev`` anyway.
 """
 
 from __future__ import annotations
@@ -12,9 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
-import tarfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.compute.backends.base import ImageRoot
+from danlu.compute.image_import import check_no_outside_links, copy_folder, extract_tarball, tree_size
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
@@ -76,34 +74,6 @@ def resolve(session: Session, name: str) -> ImageRoot:
     return ImageRoot(img.name, "rootfs", Path(img.root_path))
 
 
-def _du(path: Path) -> int:
-    return sum(os.lstat(os.path.join(r, n)).st_size for r, ds, fs in os.walk(path) for n in ds + fs)
-
-
-def _no_specials(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    if member.ischr() or member.isblk() or member.isfifo():
-        return None
-    return tarfile.tar_filter(member, dest)  # no absolute/outside paths; setuid bits cleared
-
-
-def _copy_tree(src: Path, dest: Path) -> None:
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        out = []
-        for n in names:
-            mode = os.lstat(os.path.join(folder, n)).st_mode
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-                out.append(n)
-        return out
-
-    shutil.copytree(src, dest, symlinks=True, ignore=ignore)
-    for root, dirs, files in os.walk(dest):
-        for n in dirs + files:
-            path = os.path.join(root, n)
-            mode = os.lstat(path).st_mode
-            if not stat.S_ISLNK(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-                os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
-
-
 def register(p: Platform, name: str, source: str, description: str = "") -> ImageView:
     """Import a root filesystem from a folder or a tarball on the server's host."""
     if not NAME_RE.match(name or ""):
@@ -124,16 +94,13 @@ def register(p: Platform, name: str, source: str, description: str = "") -> Imag
     os.chmod(folder, 0o755)
     try:
         if src.is_dir():
-            _copy_tree(src, root)
+            copy_folder(src, root)
         else:
-            try:
-                with tarfile.open(src) as tar:
-                    root.mkdir(mode=0o755)
-                    tar.extractall(root, filter=_no_specials)
-            except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:  # a cut-off .tar.gz raises EOFError
-                raise InvalidInput("invalid_image_source", f"{source} is not a readable tarball: {exc}") from None
+            root.mkdir(mode=0o755)
+            extract_tarball(src, root)
         os.chmod(root, 0o755)
-        size = _du(root)
+        check_no_outside_links(root)
+        size = tree_size(root)
         with p.db.write() as s:
             img = Image(
                 name=name,

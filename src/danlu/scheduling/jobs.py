@@ -275,8 +275,8 @@ def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> Non
         transition(s, job, QUEUED, "preempted; requeued, resumes from DANLU_CHECKPOINT_DIR", now_ms)
     elif inst.status == InstanceStatus.EXITED and inst.exit_code == 0:
         transition(s, job, SUCCEEDED, "command exited with code 0", now_ms)
-    elif inst.status == InstanceStatus.EXITED:
-        transition(s, job, FAILED, f"command exited with code {inst.exit_code}", now_ms)
+    elif inst.status == InstanceStatus.EXITED:  # the run's reason: its exit code, or the limit that ended it
+        transition(s, job, FAILED, inst.status_reason or f"command exited with code {inst.exit_code}", now_ms)
     elif inst.status == InstanceStatus.LOST and (lost := _losses(s, job)) < p.settings.job_max_attempts:
         reason = (
             f"run lost with its node ({lost} of at most {p.settings.job_max_attempts}); retrying from the checkpoint"

@@ -8,10 +8,10 @@ so billing ends exactly then even if the server noticed later or was down. The r
 forge it: it lives in the platform's 0700 run folder, which no sandbox sees. A supervisor killed
 with its group leaves no exit file: that is how a lost run is told apart from one that finished.
 
-A sandboxed run is ``supervisor → setpriv (the renter's uid) → [prlimit] → bwrap → command``.
-bubblewrap blocks (``--block-fd``) until the platform has moved the sandbox's first process into
-the run's cgroup and given it its network, and until the platform has recorded the handle and
-called :meth:`start`. The supervisor holds a copy of the block pipe, so a server that dies before
+A sandboxed run is ``supervisor → [nsenter] → prlimit → setpriv (the renter's uid) → [keyctl
+session] → bwrap → command`` (built in danlu.compute.backends.spawn). bubblewrap blocks
+(``--block-fd``) until the platform has moved the sandbox's first process into the run's cgroup,
+and until the platform has recorded the handle and called :meth:`start`. The supervisor holds a copy of the block pipe, so a server that dies before
 ``start`` leaves a run that never starts, rather than one that runs untracked.
 
 The handle (opaque above this module) is JSON naming the supervisor (pid + its start time, so a
@@ -23,22 +23,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from danlu.compute.backends.base import RUNNING, LaunchError, RunSpec, RunState
-from danlu.compute.sandbox import bwrap, network
-from danlu.compute.sandbox.cgroups import Cgroups
-from danlu.compute.sandbox.network import NetworkError, host_addresses, nft_rules
+from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
+from danlu.compute.sandbox import bwrap
+from danlu.compute.sandbox.disk import DiskWatcher, Watched, file_limit, violation
 from danlu.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -47,36 +45,6 @@ SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
 MAX_OFFSET = 1 << 62
 _RECORD = 'rc=$?; printf "%s\\n" "$rc" > "$exitf.tmp" && mv -f "$exitf.tmp" "$exitf"'
-
-
-@dataclass
-class SandboxOptions:
-    """How this host sandboxes runs (decided once at start-up, see danlu.compute.sandbox.probe)."""
-
-    cgroups: Cgroups | None  # None: rlimits and the disk-usage check only
-    as_root: bool  # the server is root: each renter runs under its own uid
-    network: str = "none"  # the effective policy: none | outbound | host
-    tmp_bytes: int = 1 << 30  # size cap of /tmp, /dev/shm and /run inside a sandbox
-    disk_check_s: float = 15.0
-    fork_bomb_s: float = 10.0
-    own_addresses: list[str] = field(default_factory=host_addresses)
-
-
-def _du(path: Path) -> int:
-    """Bytes on disk under ``path`` (hard links once), without following symlinks."""
-    total, seen = 0, set()
-    for root, dirs, files in os.walk(path, followlinks=False):
-        for name in dirs + files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if st.st_nlink > 1 and not os.path.isdir(os.path.join(root, name)):
-                if (st.st_dev, st.st_ino) in seen:
-                    continue
-                seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-    return total
 
 
 def _proc(pid: int, created: float | None, ticks: int | None = None) -> psutil.Process | None:
@@ -134,24 +102,6 @@ def _chown_private(path: Path, uid: int | None) -> None:
     os.chmod(path, 0o700)
 
 
-def _read_json_object(fd: int, timeout_s: float) -> dict[str, Any]:
-    buf, deadline = b"", time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise LaunchError("the sandbox did not start in time")
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise LaunchError("the sandbox exited while starting")
-        buf += chunk
-        try:
-            value = json.loads(buf)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-
-
 class LocalBackend:
     name = "local"
 
@@ -162,7 +112,7 @@ class LocalBackend:
         self._launching: set[str] = set()
         self._blockers: dict[str, int] = {}  # run id → write end of its block pipe, until start
         self._pid_hits: dict[str, tuple[int, float | None]] = {}
-        self._disk_checked: dict[str, float] = {}
+        self._disk = DiskWatcher(sandbox.disk_check_s if sandbox is not None else 15.0)
         self._polls = 0
 
     # -- paths --------------------------------------------------------------------------------
@@ -198,130 +148,32 @@ class LocalBackend:
         with self._lock:
             self._launching.add(spec.run_id)
         logfd = os.open(run_dir / "output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        h: dict[str, Any] = {"log": spec.log_key, "run": spec.run_id, "exit": str(exit_path.relative_to(self.data_dir))}
         try:
             if self.sandbox is None:
-                return self._launch_plain(spec, exit_path, logfd)
-            return self._launch_sandboxed(spec, self.sandbox, exit_path, logfd, uid)
+                pid, block_w = spawn_plain(spec, exit_path, logfd)
+            else:
+                try:
+                    pid, block_w, init = spawn_sandboxed(spec, self.sandbox, exit_path, logfd, uid)
+                except LaunchError as exc:  # bubblewrap says why in the run's log
+                    tail = self.read_output(spec.log_key, 0)[0].strip().splitlines()[-1:]
+                    raise LaunchError(f"{exc}{' — ' + tail[0] if tail else ''}") from exc
+                limits = spec.limits
+                assert limits is not None
+                h.update(
+                    sb=True, init=init, ict=psutil.Process(init).create_time(), cg=self.sandbox.cgroups is not None
+                )
+                h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
+                h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
+            h.update(pid=pid, ct=psutil.Process(pid).create_time())
         except BaseException:
             with self._lock:
                 self._launching.discard(spec.run_id)
             raise
         finally:
             os.close(logfd)
-
-    def _launch_plain(self, spec: RunSpec, exit_path: Path, logfd: int) -> str:
-        """Unsandboxed (``--no-sandbox``): the command runs as the platform's own user."""
-        block_r, block_w = os.pipe()
-        outer = f'trap : TERM INT; exitf=$1; shift; read -r -u {block_r} go || exit 0; exec {block_r}<&-; "$@"; '
-        env = {"PATH": os.environ.get("PATH", SAFE_PATH), "HOME": str(spec.workspace), **spec.env}
-        try:
-            proc = subprocess.Popen(
-                ["/bin/bash", "-c", outer + _RECORD, "danlu-run", str(exit_path), *spec.command],
-                cwd=spec.workspace,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=logfd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=(block_r,),
-            )
-        except OSError as exc:
-            os.close(block_w)
-            raise LaunchError(f"could not start the process: {exc}") from exc
-        finally:
-            os.close(block_r)
         with self._lock:
             self._blockers[spec.run_id] = block_w
-        h = {"pid": proc.pid, "ct": psutil.Process(proc.pid).create_time(), "log": spec.log_key, "run": spec.run_id}
-        h["exit"] = str(exit_path.relative_to(self.data_dir))
-        return json.dumps(h, sort_keys=True)
-
-    def _launch_sandboxed(self, spec: RunSpec, sb: SandboxOptions, exit_path: Path, logfd: int, uid: int | None) -> str:
-        if spec.limits is None:
-            raise LaunchError("a sandboxed run needs limits")
-        limits = spec.limits
-        if sb.cgroups is not None:
-            sb.cgroups.create(spec.run_id, limits)
-        entries = (
-            bwrap.image_entries(Path("/"), bwrap.HOST_IMAGE_ENTRIES)
-            if spec.image.kind == "host"
-            else bwrap.image_entries(spec.image.path)
-        )
-        env = bwrap.environment(spec)
-        args_fd = os.memfd_create("danlu-args", 0)
-        os.write(args_fd, b"".join(a.encode() + b"\0" for a in bwrap.env_args(env)))
-        os.lseek(args_fd, 0, os.SEEK_SET)
-        info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()
-        exit_r, exit_w = os.pipe()  # closes when the supervisor ends: slirp4netns's cue to exit
-        net: network.OutboundNetwork | None = None
-        chain: list[str] = []
-        if spec.network == "outbound":
-            try:
-                net = network.OutboundNetwork(exit_r, nft_rules(sb.own_addresses), exit_path.with_suffix(".net.log"))
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                for fd in (args_fd, info_r, info_w, block_r, block_w, exit_r, exit_w):
-                    os.close(fd)
-                if sb.cgroups is not None:
-                    sb.cgroups.remove(spec.run_id)
-                raise LaunchError(f"could not start the sandbox's network: {exc}") from exc
-            chain += ["nsenter", f"--net={net.path}", "--"]
-        if uid is not None:
-            chain += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
-        else:
-            chain += ["setpriv", "--no-new-privs", "--"]
-        rlimits = [f"--fsize={limits.disk_bytes}"]  # one file (the output log too) never outgrows the disk limit
-        if sb.cgroups is None:
-            rlimits.append(f"--as={limits.memory_bytes}")
-            if uid is not None:  # counted per uid: only a renter's own uid makes it a per-renter limit
-                rlimits.append(f"--nproc={limits.pids}")
-        chain += ["prlimit", *rlimits, "--"]
-        bargs = bwrap.bwrap_args(
-            spec, entries, args_fd=args_fd, info_fd=info_w, block_fd=block_r, tmp_bytes=sb.tmp_bytes
-        )
-        argv = [*chain, "bwrap", *bargs]
-        outer = f'trap : TERM INT; exitf=$1; shift; "$@" {block_w}>&- {exit_w}>&-; '
-        proc: subprocess.Popen[bytes] | None = None
-        try:
-            proc = subprocess.Popen(
-                ["/bin/bash", "-c", outer + _RECORD, "danlu-run", str(exit_path), *argv],
-                cwd="/",
-                env={"PATH": SAFE_PATH},
-                stdin=subprocess.DEVNULL,
-                stdout=logfd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=(args_fd, info_w, block_r, block_w, exit_w),
-            )
-            for fd in (args_fd, info_w, block_r, exit_w):
-                os.close(fd)
-            args_fd = info_w = block_r = exit_w = -1
-            info = _read_json_object(info_r, 10.0)
-            init = int(info["child-pid"])
-            if sb.cgroups is not None:
-                sb.cgroups.attach(spec.run_id, init)
-        except (OSError, LaunchError, NetworkError, KeyError, ValueError) as exc:
-            if proc is not None:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-            if sb.cgroups is not None:
-                sb.cgroups.remove(spec.run_id)
-            os.close(block_w)
-            tail = self.read_output(spec.log_key, 0)[0].strip().splitlines()[-1:]
-            raise LaunchError(f"could not start the sandbox: {exc}{' — ' + tail[0] if tail else ''}") from exc
-        finally:
-            for fd in (args_fd, info_w, block_r, exit_w, info_r, exit_r):
-                if fd != -1:
-                    os.close(fd)
-            if net is not None:  # the run is in the namespace now (or gone): it keeps it alive
-                net.release_holder()
-        with self._lock:
-            self._blockers[spec.run_id] = block_w
-        h: dict[str, Any] = {"pid": proc.pid, "ct": psutil.Process(proc.pid).create_time(), "sb": True}
-        h.update(log=spec.log_key, run=spec.run_id, exit=str(exit_path.relative_to(self.data_dir)))
-        h.update(init=init, ict=psutil.Process(init).create_time(), cg=sb.cgroups is not None)
-        h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
         return json.dumps(h, sort_keys=True)
 
     def start(self, handle: str) -> None:
@@ -349,7 +201,22 @@ class LocalBackend:
 
     # -- state --------------------------------------------------------------------------------
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
-        out = {handle: self._state(json.loads(handle)) for handle in handles}
+        parsed = {handle: json.loads(handle) for handle in handles}
+        out = {handle: self._state(h) for handle, h in parsed.items()}
+        if self.sandbox is not None:  # measure the running sandboxes' disk use off this thread
+            self._disk.interval_s = self.sandbox.disk_check_s
+            self._disk.watch(
+                {
+                    h["run"]: Watched(
+                        folders=tuple(x for x in (h["ws"], h.get("ckpt")) if x),
+                        init_pid=h["init"],
+                        disk_bytes=h["disk"],
+                        files=file_limit(h["disk"]),
+                    )
+                    for handle, h in parsed.items()
+                    if h.get("sb") and out[handle].kind == "running"
+                }
+            )
         self._polls += 1
         if self.sandbox is not None and self.sandbox.cgroups is not None and self._polls % 60 == 1:
             self._sweep({json.loads(handle)["run"] for handle in handles})
@@ -382,7 +249,8 @@ class LocalBackend:
 
     def _enforce(self, h: dict[str, Any]) -> None:
         """Limits the kernel does not end a run for by itself: a sustained fork bomb and the
-        workspace's disk use. A violation ends the sandbox with the reason recorded."""
+        workspace's disk use (bytes and files, danlu.compute.sandbox.disk). A violation ends the
+        sandbox with the reason recorded."""
         assert self.sandbox is not None
         now, run = time.monotonic(), h["run"]
         reason = ""
@@ -399,14 +267,9 @@ class LocalBackend:
             else:
                 since = None
             self._pid_hits[run] = (hits, since)
-        if not reason and now - self._disk_checked.get(run, 0.0) >= self.sandbox.disk_check_s:
-            self._disk_checked[run] = now
-            used = _du(Path(h["ws"]))
-            if used > h["disk"]:
-                reason = (
-                    f"disk limit: the workspace used {used >> 20} MiB of its {h['disk'] >> 20} MiB, so the sandbox "
-                    "was stopped; remove files (start it and delete them) or rent more GPUs for more disk"
-                )
+        reading = self._disk.reading(run)
+        if not reason and reading is not None:
+            reason = violation(Watched((), h["init"], h["disk"], file_limit(h["disk"])), reading)
         if reason:
             self._file(h, "reason").write_text(reason + "\n")
             _signal(_proc(h["init"], h["ict"]), signal.SIGKILL)  # the supervisor records the end
@@ -457,7 +320,6 @@ class LocalBackend:
             self._file(h, suffix).unlink(missing_ok=True)
         (self.data_dir / h["exit"]).unlink(missing_ok=True)
         self._pid_hits.pop(h["run"], None)
-        self._disk_checked.pop(h["run"], None)
 
     def discard(self, run_id: str) -> None:
         for proc in psutil.process_iter(["cmdline"]):

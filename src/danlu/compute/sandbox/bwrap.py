@@ -22,7 +22,7 @@ with ``--env`` never show in the host's process list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from danlu.compute.backends.base import RunSpec
@@ -59,7 +59,35 @@ def image_entries(root: Path, only: Sequence[str] | None = None) -> list[Entry]:
     return out
 
 
-HOST_IMAGE_ENTRIES = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
+HOST_IMAGE_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Of the host's /etc, only what programs need to run (libraries, certificates, locales, time
+# zone, name service): never service configs (databases, the platform's, systemd units) that may
+# hold secrets. passwd/group are generated per run (the renter's uid), resolv.conf for outbound.
+HOST_ETC = (
+    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version", "fonts",
+    "gai.conf", "host.conf", "hosts", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias",
+    "locale.gen", "localtime", "magic", "magic.mime", "mime.types", "networks", "nsswitch.conf", "os-release",
+    "profile", "profile.d", "protocols", "python3", "python3.11", "resolv.conf", "services", "shells", "ssl",
+    "terminfo", "timezone", "xdg", "passwd", "group",
+)  # fmt: skip
+
+
+def host_image_entries() -> list[Entry]:
+    """This host's /usr, /bin, /lib* … and a curated /etc."""
+    etc = Path("/etc")
+    return image_entries(Path("/"), HOST_IMAGE_ENTRIES) + [
+        replace(e, name=f"etc/{e.name}") for e in image_entries(etc, HOST_ETC)
+    ]
+
+
+def passwd_files(uid: int | None) -> dict[str, str]:
+    """/etc/passwd and /etc/group a run sees: root, the renter (uid = gid), nobody."""
+    me = uid if uid is not None else 1000
+    return {
+        "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nrenter:x:{me}:{me}:renter:{WORKSPACE}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nrenter:x:{me}:\nnogroup:x:65534:\n",
+    }
 
 
 def environment(spec: RunSpec, workspace: str = WORKSPACE) -> dict[str, str]:
@@ -80,6 +108,7 @@ def bwrap_args(
     spec: RunSpec,
     entries: Sequence[Entry],
     *,
+    overlays: Sequence[tuple[Path, str]] = (),
     args_fd: int,
     info_fd: int,
     block_fd: int,
@@ -103,6 +132,8 @@ def bwrap_args(
             a += ["--symlink", e.symlink_target, f"/{e.name}"]
         else:
             a += bind("--ro-bind", e.source, f"/{e.name}")
+    for source, dest in overlays:  # platform-written files over the image's (passwd, group, resolv.conf)
+        a += bind("--ro-bind", source, dest)
     a += ["--proc", "/proc", "--dev", "/dev"]
     for mount in ("/tmp", "/dev/shm"):
         a += ["--size", str(tmp_bytes), "--perms", "1777", "--tmpfs", mount]

@@ -142,7 +142,7 @@ class OutboundNetwork:
                 raise NetworkError("could not create the sandbox's network namespace")
             self.path = f"/proc/{self._holder.pid}/ns/net"
             _run(["nsenter", f"--net={self.path}", "ip", "link", "set", "lo", "up"], timeout_s)
-            _start_slirp(self.path, exit_fd, log_path, timeout_s)
+            self.slirp_pid = _start_slirp(self.path, exit_fd, log_path, timeout_s)
             _run(["nsenter", f"--net={self.path}", "nft", "-f", "-"], timeout_s, stdin=rules.encode())
         except BaseException:
             self.release_holder()
@@ -156,7 +156,7 @@ class OutboundNetwork:
             self._holder.stdout.close()
 
 
-def _start_slirp(path: str, exit_fd: int, log_path: Path, timeout_s: float) -> None:
+def _start_slirp(path: str, exit_fd: int, log_path: Path, timeout_s: float) -> int:
     ready_r, ready_w = os.pipe()
     log = open(log_path, "ab")  # noqa: SIM115 (handed to the child, closed below)
     try:
@@ -193,3 +193,4 @@ def _start_slirp(path: str, exit_fd: int, log_path: Path, timeout_s: float) -> N
         os.close(ready_r)
         if ready_w != -1:
             os.close(ready_w)
+    return slirp.pid

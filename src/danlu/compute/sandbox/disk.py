@@ -1,0 +1,151 @@
+"""A run's disk use, measured off the control loop: its workspace and checkpoints (bytes and
+files), plus files it deleted but still holds open — without project quotas the platform must
+count all three, or a renter fills the host's disk (and the database with it) around the limit.
+
+The walk is fd-relative (``os.fwalk`` with ``follow_symlinks=False``) and stays on one file
+system, so a renter swapping a folder for a symlink mid-walk (``renameat2(RENAME_EXCHANGE)``)
+cannot send it outside; it stops counting once a limit is passed, so a workspace of millions of
+files costs a bounded walk. A watcher thread measures every active run every ``interval_s``; the
+backend reads the latest reading when it polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from dataclasses import dataclass
+
+import psutil
+
+log = logging.getLogger(__name__)
+BYTES_PER_FILE = 32 << 10  # the file-count limit: one file per 32 KiB of disk, at least MIN_FILES
+MIN_FILES = 10_000
+
+
+def file_limit(disk_bytes: int) -> int:
+    return max(MIN_FILES, disk_bytes // BYTES_PER_FILE)
+
+
+@dataclass(frozen=True)
+class Usage:
+    bytes: int
+    files: int
+
+
+@dataclass(frozen=True)
+class Watched:
+    folders: tuple[str, ...]
+    init_pid: int  # the sandbox's init: its descendants' open-but-deleted files count too
+    disk_bytes: int
+    files: int
+
+
+def usage(folders: tuple[str, ...], max_files: int) -> Usage:
+    total = files = 0
+    inodes: set[tuple[int, int]] = set()
+    for top in folders:
+        try:
+            dev = os.stat(top, follow_symlinks=False).st_dev
+        except OSError:
+            continue
+        for _dirpath, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
+            for name in dirnames + filenames:
+                try:
+                    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_dev != dev:
+                    continue
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    if (st.st_dev, st.st_ino) in inodes:
+                        continue
+                    inodes.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+                files += 1
+            if files > max_files:
+                return Usage(total, files)
+    return Usage(total, files)
+
+
+def deleted_but_open(init_pid: int) -> int:
+    """Bytes of files the run's processes deleted and still hold open."""
+    total, inodes = 0, set()
+    try:
+        procs = psutil.Process(init_pid).children(recursive=True)
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and (st.st_dev, st.st_ino) not in inodes:
+                inodes.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def violation(w: Watched, u: Usage) -> str:
+    """The reason to end the run, or ""."""
+    if u.bytes > w.disk_bytes:
+        return (
+            f"disk limit: the workspace used {u.bytes >> 20} MiB of its {w.disk_bytes >> 20} MiB, so the sandbox "
+            "was stopped; remove files (start it and delete them) or rent more GPUs for more disk"
+        )
+    if u.files > w.files:
+        return (
+            f"file limit: the workspace holds more than {w.files} files, so the sandbox was stopped; "
+            "pack small files into archives, or rent more GPUs for a higher limit"
+        )
+    return ""
+
+
+class DiskWatcher:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._watched: dict[str, Watched] = {}
+        self._readings: dict[str, Usage] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, runs: dict[str, Watched]) -> None:
+        """The runs to measure from now on (the ones the last poll saw running)."""
+        with self._lock:
+            self._watched = dict(runs)
+            for gone in set(self._readings) - set(runs):
+                del self._readings[gone]
+            if self._thread is None and runs:
+                self._thread = threading.Thread(target=self._run, name="danlu-disk-watcher", daemon=True)
+                self._thread.start()
+
+    def reading(self, run_id: str) -> Usage | None:
+        with self._lock:
+            return self._readings.get(run_id)
+
+    def measure_now(self) -> None:
+        with self._lock:
+            runs = dict(self._watched)
+        for run_id, w in runs.items():
+            try:
+                u = usage(w.folders, w.files)
+                u = Usage(u.bytes + deleted_but_open(w.init_pid), u.files)
+            except Exception:  # one unreadable workspace must not stop the others being measured
+                log.exception("could not measure the disk use of %s", run_id)
+                continue
+            with self._lock:
+                if run_id in self._watched:
+                    self._readings[run_id] = u
+
+    def _run(self) -> None:
+        while True:
+            self.measure_now()
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
