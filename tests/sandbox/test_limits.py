@@ -157,7 +157,7 @@ def test_a_jobs_checkpoints_count_against_its_disk_limit(hogs: LiveServer) -> No
                 "gpus": 1,
                 "gpu_types": ["T4"],
             },
-        )  # noqa: E501
+        )
         assert r.status_code == 201, r.text
         jid = r.json()["id"]
         done = wait_for(lambda: (v := c.get(f"/jobs/{jid}").json())["status"] in ("failed", "succeeded") and v, 60)

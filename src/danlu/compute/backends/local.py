@@ -11,8 +11,9 @@ with its group leaves no exit file: that is how a lost run is told apart from on
 A sandboxed run is ``supervisor → [nsenter] → prlimit → setpriv (the renter's uid) → [keyctl
 session] → bwrap → command`` (built in danlu.compute.backends.spawn). bubblewrap blocks
 (``--block-fd``) until the platform has moved the sandbox's first process into the run's cgroup,
-and until the platform has recorded the handle and called :meth:`start`. The supervisor holds a copy of the block pipe, so a server that dies before
-``start`` leaves a run that never starts, rather than one that runs untracked.
+and until the platform has recorded the handle and called :meth:`start`. The supervisor holds a
+copy of the block pipe, so a server that dies before ``start`` leaves a run that never starts,
+rather than one that runs untracked.
 
 The handle (opaque above this module) is JSON naming the supervisor (pid + its start time, so a
 recycled pid is never mistaken for it), the sandbox's first process, and the run's files.
