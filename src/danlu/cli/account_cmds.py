@@ -54,7 +54,7 @@ def offers(
         r["spot"] = r["interruptible_price_per_hour"] or "-"
         r["kind"] = "SIMULATED" if r["simulated"] else "real"
         r["per_gpu"] = (
-            f"{r['vcpus_per_gpu']} vCPU, {r['memory_per_gpu_mb'] / 1024:g} GB RAM" if r["vcpus_per_gpu"] else "-"
+            f"{r['vcpus_per_gpu']} vCPU, {r['memory_per_gpu_mb'] / 1024:.1f} GB RAM" if r["vcpus_per_gpu"] else "-"
         )
     if rows and rows[0]["sandbox"] != "bubblewrap":
         note = {

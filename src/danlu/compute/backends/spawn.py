@@ -123,9 +123,6 @@ def spawn_sandboxed(
     entries = bwrap.host_image_entries() if spec.image.kind == "host" else bwrap.image_entries(spec.image.path)
     overlays = write_overlays(spec, entries, uid)
     env = bwrap.environment(spec)
-    args_fd = os.memfd_create("danlu-args", 0)
-    os.write(args_fd, b"".join(a.encode() + b"\0" for a in bwrap.env_args(env)))
-    os.lseek(args_fd, 0, os.SEEK_SET)
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     exit_r, exit_w = os.pipe()  # closes when the supervisor ends: slirp4netns's cue to exit
@@ -135,7 +132,7 @@ def spawn_sandboxed(
         try:
             net = network.OutboundNetwork(exit_r, nft_rules(sb.own_addresses), exit_path.with_suffix(".net.log"))
         except (OSError, subprocess.TimeoutExpired) as exc:
-            for fd in (args_fd, info_r, info_w, block_r, block_w, exit_r, exit_w):
+            for fd in (info_r, info_w, block_r, block_w, exit_r, exit_w):
                 os.close(fd)
             if sb.cgroups is not None:
                 sb.cgroups.remove(spec.run_id)
@@ -159,10 +156,13 @@ def spawn_sandboxed(
     if sb.keyring:  # only keyctl's "Joined session keyring" notice goes nowhere; stderr comes back after
         chain += ["bash", "-c", 'exec 9>&2 2>/dev/null; exec "$@"', "danlu-quiet"]
         chain += ["keyctl", "session", "-", "bash", "-c", 'exec 2>&9 9>&-; exec "$@"', "danlu-keyring"]
-    bargs = bwrap.bwrap_args(
-        spec, entries, overlays=overlays, args_fd=args_fd, info_fd=info_w, block_fd=block_r, tmp_bytes=sb.tmp_bytes
+    options = bwrap.bwrap_args(
+        spec, entries, overlays=overlays, info_fd=info_w, block_fd=block_r, tmp_bytes=sb.tmp_bytes
     )
-    argv = [*chain, "bwrap", *bargs]
+    args_fd = os.memfd_create("danlu-args", 0)
+    os.write(args_fd, b"".join(a.encode() + b"\0" for a in [*bwrap.env_args(env), *options]))
+    os.lseek(args_fd, 0, os.SEEK_SET)
+    argv = [*chain, "bwrap", "--args", str(args_fd), "--", *spec.command]
     outer = f'trap : TERM INT; exitf=$1; shift; "$@" {block_w}>&- {exit_w}>&-; '
     proc: subprocess.Popen[bytes] | None = None
     try:

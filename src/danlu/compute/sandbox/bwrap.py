@@ -15,8 +15,9 @@ What the sandbox sees (docs/security.md):
   terminal), and it dies with its supervisor (``--die-with-parent``). bubblewrap mounts every bind
   ``nosuid`` and the sandbox runs with ``no_new_privs``: a setuid binary in the image gains nothing.
 
-The environment goes through ``--args FD`` rather than the command line, so renter secrets passed
-with ``--env`` never show in the host's process list.
+The options and the environment go through ``--args FD`` rather than the command line, so renter
+secrets passed with ``--env`` never show in a process list, and the sandbox's own /proc/1/cmdline
+says only ``bwrap --args N -- COMMAND``.
 """
 
 from __future__ import annotations
@@ -109,21 +110,21 @@ def bwrap_args(
     entries: Sequence[Entry],
     *,
     overlays: Sequence[tuple[Path, str]] = (),
-    args_fd: int,
     info_fd: int,
     block_fd: int,
     tmp_bytes: int,
 ) -> list[str]:
-    """The bubblewrap argument list (after the program name) for ``spec``. Every bind source
-    must be reachable by the renter's uid (bubblewrap mounts by path inside the renter's user
-    namespace): the platform keeps them in a sandbox folder whose ancestors are traversable
+    """bubblewrap's options for ``spec`` (everything but the command). The backend hands them,
+    with the environment, through ``--args FD``, so neither they nor renter secrets show in any
+    command line (not even to the sandbox, whose pid 1 is bubblewrap). Every bind source must be
+    reachable by the renter's uid (bubblewrap mounts by path inside the renter's user namespace):
+    the platform keeps them in a sandbox folder whose ancestors are traversable
     (danlu.compute.sandbox.probe.sandbox_dir_for)."""
 
     def bind(kind: str, source: Path, dest: str) -> list[str]:
         return [kind, str(source), dest]
 
-    a = ["--args", str(args_fd)]
-    a += ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    a = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if spec.network == "none":
         a.append("--unshare-net")  # only a loopback; ``outbound`` joins the platform's namespace before bwrap
     a += ["--disable-userns", "--die-with-parent", "--new-session", "--hostname", "danlu"]
@@ -150,5 +151,4 @@ def bwrap_args(
     # bubblewrap builds the root (and /dev) on a tmpfs the renter's uid owns: make both read-only
     # once everything is mounted, so only /workspace, /tmp, /dev/shm (and /checkpoints) take writes.
     a += ["--remount-ro", "/dev", "--remount-ro", "/"]
-    a += ["--chdir", WORKSPACE, "--info-fd", str(info_fd), "--block-fd", str(block_fd), "--"]
-    return a + list(spec.command)
+    return [*a, "--chdir", WORKSPACE, "--info-fd", str(info_fd), "--block-fd", str(block_fd)]
