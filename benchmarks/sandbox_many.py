@@ -128,8 +128,13 @@ def main() -> int:
         a = svc.rent(p, attacker, "T4", 1, ["python3", "-c", ATTACK], env={"TARGETS": targets})
         deadline = time.monotonic() + 60
         while svc.show(p, attacker, a.id).status == "running" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        attack = json.loads(p.backend.read_output(a.id, 0)[0].strip().splitlines()[-1])
+            time.sleep(0.2)
+            reconcile(p)
+        out = p.backend.read_output(a.id, 0)[0].strip()
+        try:
+            attack = json.loads(out.splitlines()[-1])
+        except (ValueError, IndexError):
+            raise SystemExit(f"the attacker's probe printed no result: {out!r}") from None
         still = sum(1 for u, iid in ids if svc.show(p, u, iid).status == "running")
         readable_by_host = sum(1 for x in paths if Path(x).exists())
     finally:

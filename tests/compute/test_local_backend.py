@@ -170,3 +170,33 @@ def test_a_poll_while_the_run_is_being_let_go_does_not_kill_it(
         assert verdicts == ["running"] and b.poll([handle])[handle].kind == "running"
     finally:
         b.kill(handle)
+
+
+def test_the_runs_pipes_may_have_any_fd_number(tmp_path: Path, root: Path) -> None:
+    """The launch stashes stderr on a spare fd around keyctl; it must never be one of the fds bwrap
+    is given (a fixed fd 9 once closed bwrap's info pipe — "Write to info_fd: Bad file descriptor" —
+    or its block pipe, and the command ran before the platform had recorded it)."""
+    require_sandbox()
+    b, _ = make_local_backend(tmp_path / "data", network="none")
+    free_low = [fd for fd in range(3, 16) if not _fd_open(fd)]
+    for extra in range(len(free_low)):  # shift the pipes' numbers across the low range
+        held = [os.open("/dev/null", os.O_RDONLY) for _ in range(extra)]
+        try:
+            run_id = f"i-fd{extra}"
+            handle = b.launch(spec(root, "sh", "-c", "echo fine", run_id=run_id))
+        finally:
+            for fd in held:
+                os.close(fd)
+        time.sleep(0.2)
+        assert output(b, run_id) == "", f"the command ran before start ({extra} fds held)"
+        b.start(handle)
+        wait_for(lambda rid=run_id: "fine" in output(b, rid), timeout=10)  # type: ignore[misc]
+        b.kill(handle)
+
+
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True

@@ -167,6 +167,12 @@ class LocalBackend:
                 h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
                 h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
             h.update(pid=pid, ct=psutil.Process(pid).create_time())
+        except psutil.NoSuchProcess as exc:  # it ended while being prepared
+            with self._lock:
+                self._launching.discard(spec.run_id)
+            raise LaunchError(
+                f"the run ended while it was being prepared: {self.read_output(spec.log_key, 0)[0][-200:]}"
+            ) from exc
         except BaseException:
             with self._lock:
                 self._launching.discard(spec.run_id)

@@ -153,15 +153,16 @@ def spawn_sandboxed(
         chain += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
     else:
         chain += ["setpriv", "--no-new-privs", "--"]
-    if sb.keyring:  # only keyctl's "Joined session keyring" notice goes nowhere; stderr comes back after
-        chain += ["bash", "-c", 'exec 9>&2 2>/dev/null; exec "$@"', "danlu-quiet"]
-        chain += ["keyctl", "session", "-", "bash", "-c", 'exec 2>&9 9>&-; exec "$@"', "danlu-keyring"]
     options = bwrap.bwrap_args(
         spec, entries, overlays=overlays, info_fd=info_w, block_fd=block_r, tmp_bytes=sb.tmp_bytes
     )
     args_fd = os.memfd_create("danlu-args", 0)
     os.write(args_fd, b"".join(a.encode() + b"\0" for a in [*bwrap.env_args(env), *options]))
     os.lseek(args_fd, 0, os.SEEK_SET)
+    if sb.keyring:  # only keyctl's "Joined session keyring" notice goes nowhere; stderr comes back after
+        stash = 1 + max(info_r, info_w, block_r, block_w, exit_r, exit_w, args_fd)  # an fd bwrap is not given
+        chain += ["bash", "-c", f'exec {stash}>&2 2>/dev/null; exec "$@"', "danlu-quiet"]
+        chain += ["keyctl", "session", "-", "bash", "-c", f'exec 2>&{stash} {stash}>&-; exec "$@"', "danlu-keyring"]
     argv = [*chain, "bwrap", "--args", str(args_fd), "--", *spec.command]
     outer = f'trap : TERM INT; exitf=$1; shift; "$@" {block_w}>&- {exit_w}>&-; '
     proc: subprocess.Popen[bytes] | None = None
