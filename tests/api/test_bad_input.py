@@ -24,6 +24,13 @@ def snapshot(live: LiveServer, c: httpx.Client) -> tuple[object, ...]:
         ({"gpu_model": "T4", "gpu_count": "two", "command": ["true"]}, 422, "invalid_request"),
         ({"gpu_model": "T4"}, 422, "invalid_request"),
         ({"gpu_model": "T4", "command": ["true"], "surprise": 1}, 422, "invalid_request"),
+        ({"gpu_model": "T4", "gpu_count": 2**31, "command": ["true"]}, 422, "invalid_gpu_count"),
+        ({"gpu_model": "T4", "gpu_count": 2**63, "command": ["true"]}, 422, "invalid_gpu_count"),
+        ({"gpu_model": "T4", "command": ["true"], "image": "no-such"}, 404, "image_not_found"),
+        ({"gpu_model": "T4", "command": ["true"], "env": {"A B": "x"}}, 422, "invalid_env"),
+        ({"gpu_model": "T4", "command": ["true"], "env": {"HOME": "/"}}, 422, "invalid_env"),
+        ({"gpu_model": "T4", "command": ["true"], "env": {"X": "a\u0000b"}}, 422, "invalid_env"),
+        ({"gpu_model": "T4", "command": ["true"], "name": "a\u0000b"}, 422, "invalid_name"),
     ],
 )
 def test_bad_rent_requests(live: LiveServer, body: dict[str, object], status: int, code: str) -> None:
@@ -103,3 +110,20 @@ def test_gpu_quota_over_http(live: LiveServer) -> None:
         assert c.get("/instances").json() == []
         assert a.put("/admin/users/quinn/gpu-quota", json={"gpus": None}).json()["gpus"] is None
         assert c.put("/admin/users/quinn/gpu-quota", json={"gpus": 9}).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"command": ["sh", "-c", "echo a\u0000b"]}, "invalid_command"),  # issue 8: a NUL held a GPU forever
+        ({"command": ["true"], "gpus": 2**40}, "invalid_gpu_count"),
+        ({"command": ["true"], "image": "no-such"}, "image_not_found"),
+        ({"command": ["true"], "env": {"DANLU_JOB_ID": "x"}}, "invalid_env"),
+    ],
+)
+def test_bad_job_submissions_queue_nothing(live: LiveServer, body: dict[str, object], code: str) -> None:
+    with live.new_user("jude") as c:
+        r = c.post("/jobs", json=body)
+        assert r.json()["error"]["code"] == code, r.text
+        assert r.status_code in (404, 422)
+        assert c.get("/jobs").json() == []

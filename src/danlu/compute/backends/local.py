@@ -35,6 +35,7 @@ from typing import Any
 import psutil
 
 from danlu.compute.backends.base import RUNNING, LaunchError, RunSpec, RunState
+from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
 from danlu.compute.sandbox.disk import DiskWatcher, Watched, file_limit, violation
@@ -46,53 +47,6 @@ SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
 MAX_OFFSET = 1 << 62
 _RECORD = 'rc=$?; printf "%s\\n" "$rc" > "$exitf.tmp" && mv -f "$exitf.tmp" "$exitf"'
-
-
-def _proc(pid: int, created: float | None, ticks: int | None = None) -> psutil.Process | None:
-    """The live process ``pid`` if it is still the one we started (same start time), else None."""
-    if not pid:
-        return None
-    try:
-        proc = psutil.Process(pid)
-        start = proc.create_time()
-        if ticks is not None:  # a handle written before 0006: start time in clock ticks since boot
-            clk = os.sysconf("SC_CLK_TCK")
-            if abs(start - (psutil.boot_time() + ticks / clk)) > 1.5 / clk:
-                return None
-        elif created is None or abs(start - created) > 0.001:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            try:  # our own child: reap it so it does not linger as a zombie
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            return None
-        return proc
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-
-
-def _signal(proc: psutil.Process | None, sig: int, *, group: bool = False) -> None:
-    if proc is None:
-        return
-    try:
-        if group:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-        pass
-
-
-def _kill_group_leftovers(pgid: int) -> None:
-    """Processes still in a finished plain run's group. Its leader is gone, but while any member
-    lives the kernel keeps ``pgid`` from being reused, so every process in that group is ours."""
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != pgid and os.getpgid(proc.pid) == pgid:
-                proc.kill()
-        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
 
 
 def _chown_private(path: Path, uid: int | None) -> None:
@@ -230,7 +184,7 @@ class LocalBackend:
         return out
 
     def _state(self, h: dict[str, Any]) -> RunState:
-        outer = _proc(h["pid"], h.get("ct"), h.get("ticks"))
+        outer = live_process(h["pid"], h.get("ct"), h.get("ticks"))
         if outer is not None:
             if h.get("sb") and not self._file(h, "started").exists() and not self.launching(h["run"]):
                 self.kill(json.dumps(h))
@@ -279,21 +233,21 @@ class LocalBackend:
             reason = violation(Watched((), h["init"], h["disk"], file_limit(h["disk"])), reading)
         if reason:
             self._file(h, "reason").write_text(reason + "\n")
-            _signal(_proc(h["init"], h["ict"]), signal.SIGKILL)  # the supervisor records the end
+            send(live_process(h["init"], h["ict"]), signal.SIGKILL)  # the supervisor records the end
 
     # -- signals ------------------------------------------------------------------------------
     def terminate(self, handle: str) -> None:
         h = json.loads(handle)
-        outer = _proc(h["pid"], h.get("ct"), h.get("ticks"))
+        outer = live_process(h["pid"], h.get("ct"), h.get("ticks"))
         if outer is None:
             return
         if not h.get("sb"):
-            _signal(outer, signal.SIGTERM, group=True)
+            send(outer, signal.SIGTERM, group=True)
             return
         if not self._file(h, "started").exists():
             self.kill(handle)  # never started: there is nothing to shut down gracefully
             return
-        init = _proc(h["init"], h["ict"])
+        init = live_process(h["init"], h["ict"])
         if init is None:
             return
         try:
@@ -301,7 +255,7 @@ class LocalBackend:
         except psutil.NoSuchProcess:
             return
         for proc in workload:
-            _signal(proc, signal.SIGTERM)
+            send(proc, signal.SIGTERM)
 
     def kill(self, handle: str) -> None:
         h = json.loads(handle)
@@ -312,12 +266,12 @@ class LocalBackend:
             os.close(fd)
         if h.get("sb"):
             # The sandbox's init: when it dies the kernel kills every process in its PID namespace.
-            _signal(_proc(h["init"], h["ict"]), signal.SIGKILL)
-        outer = _proc(h["pid"], h.get("ct"), h.get("ticks"))
+            send(live_process(h["init"], h["ict"]), signal.SIGKILL)
+        outer = live_process(h["pid"], h.get("ct"), h.get("ticks"))
         if outer is not None:
-            _signal(outer, signal.SIGKILL, group=True)
+            send(outer, signal.SIGKILL, group=True)
         elif not h.get("sb"):
-            _kill_group_leftovers(h["pid"])
+            kill_group_leftovers(h["pid"])
 
     def release(self, handle: str) -> None:
         h = json.loads(handle)
@@ -332,7 +286,7 @@ class LocalBackend:
         for proc in psutil.process_iter(["cmdline"]):
             cmd = proc.info.get("cmdline") or []
             if len(cmd) > 4 and cmd[3] == "danlu-run" and cmd[4].endswith(f"/{run_id}.exit"):
-                _signal(proc, signal.SIGKILL, group=True)
+                send(proc, signal.SIGKILL, group=True)
         if self.sandbox is not None and self.sandbox.cgroups is not None:
             self.sandbox.cgroups.remove(run_id)
 
