@@ -21,10 +21,11 @@ from danlu.billing.metering import meter_user
 from danlu.billing.rating import cumulative_cost
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, images
+from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
 from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
 from danlu.compute.quotas import check_quota
-from danlu.compute.runs import build_spec, check_may_run, launch, write_preempt_deadline
+from danlu.compute.runs import build_spec, check_may_run, prepare_control_dir, write_preempt_deadline
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -47,13 +48,18 @@ def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms
     inst.updated_at_ms = now_ms
 
 
+def check_command_args(command: list[str]) -> None:
+    """What every command must be, a rental's or a job's: few arguments, all text, no NUL bytes."""
+    if len(command) > MAX_COMMAND_ARGS or any(not isinstance(c, str) or "\x00" in c for c in command):
+        raise InvalidInput("invalid_command", f"a command has at most {MAX_COMMAND_ARGS} arguments and no NUL bytes")
+
+
 def _validate_command(command: list[str]) -> list[str]:
     if not command or not all(isinstance(c, str) for c in command) or not command[0].strip():
         raise InvalidInput(
             "invalid_command", "give the command to run after `--`, e.g. danlu rent --gpu T4 -- python train.py"
         )
-    if len(command) > MAX_COMMAND_ARGS or any("\x00" in c for c in command):
-        raise InvalidInput("invalid_command", f"a command has at most {MAX_COMMAND_ARGS} arguments and no NUL bytes")
+    check_command_args(command)
     return command
 
 
@@ -137,6 +143,49 @@ def open_allocation(
 
 def rental_plan(inst: Instance) -> str:
     return "interruptible" if inst.interruptible else "on-demand"
+
+
+def launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
+    """The two-phase launch of danlu.compute.runs' docstring, outside any transaction but the
+    recording one: prepare (command held back) → record the handle under the row lock, or decide
+    to kill it → after commit, let the command go."""
+    prepare_control_dir(p, instance_id)
+    try:
+        handle: str | None = p.backend.launch(spec)
+        error = ""
+    except (LaunchError, OSError) as exc:
+        handle, error = None, str(exc)
+    now = p.clock.now_ms()
+    kill = term = False
+    with p.db.write() as s:
+        inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
+        assert inst is not None
+        if handle is None:
+            if inst.status == Status.PENDING:
+                end_allocation(s, inst, now)
+                transition(s, inst, Status.LOST, f"could not start: {error}", now, "launch")
+            return
+        alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
+        if inst.status != Status.PENDING:
+            kill = True  # destroyed (or stopped) while the run was being prepared: it must not run
+        elif alloc is None or alloc.settled:
+            kill = True  # the balance ran out while the run was being prepared
+            end_allocation(s, inst, now)
+            transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
+        else:
+            inst.run_handle, inst.last_seen_alive_ms, inst.kill_after_ms = handle, now, None
+            transition(s, inst, Status.RUNNING, "process started", now, "launch")
+            if inst.job_id is not None:
+                from danlu.scheduling.jobs import stop_if_cancelled  # jobs build on instances
+
+                term = stop_if_cancelled(p, s, inst) is not None
+    if kill:
+        p.backend.kill(handle)
+        p.backend.release(handle)
+        return
+    p.backend.start(handle)
+    if term:
+        p.backend.terminate(handle)
 
 
 def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:

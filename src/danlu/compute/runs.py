@@ -1,6 +1,7 @@
 """Starting a run of an instance on the compute backend: what it is given (exactly its GPUs, the
 host's per-GPU limits, its image, the host's network policy, the renter's own uid, an allow-listed
-environment) and the two-phase launch that never leaves a command running untracked:
+environment). The two-phase launch that never leaves a command running untracked
+(danlu.compute.instances.launch):
 
 1. ``backend.launch(spec)`` prepares the run (sandbox, cgroup, network) with the command held back;
 2. one transaction re-reads the locked instance and records the handle (``pending → running``), or,
@@ -23,10 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.compute import hosts, identity, images
-from danlu.compute.backends.base import LaunchError, RunSpec
-from danlu.compute.backends.local import PREEMPT_FILE
+from danlu.compute.backends.base import PREEMPT_FILE, RunSpec
 from danlu.compute.devices import devices_for
-from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden
 from danlu.db.models import Allocation, Gpu, Host, Instance, User
@@ -131,46 +130,3 @@ def write_preempt_deadline(p: Platform, instance_id: str, text: str) -> None:
     tmp.write_text(text)
     os.chmod(tmp, 0o644)
     tmp.replace(path)
-
-
-def launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
-    """Two-phase launch (module docstring): outside any transaction but the recording one."""
-    from danlu.compute.instances import end_allocation, transition  # the write side calls us back
-
-    prepare_control_dir(p, instance_id)
-    try:
-        handle: str | None = p.backend.launch(spec)
-        error = ""
-    except (LaunchError, OSError) as exc:
-        handle, error = None, str(exc)
-    now = p.clock.now_ms()
-    kill = term = False
-    with p.db.write() as s:
-        inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
-        assert inst is not None
-        if handle is None:
-            if inst.status == Status.PENDING:
-                end_allocation(s, inst, now)
-                transition(s, inst, Status.LOST, f"could not start: {error}", now, "launch")
-            return
-        alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
-        if inst.status != Status.PENDING:
-            kill = True  # destroyed (or stopped) while the run was being prepared: it must not run
-        elif alloc is None or alloc.settled:
-            kill = True  # the balance ran out while the run was being prepared
-            end_allocation(s, inst, now)
-            transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
-        else:
-            inst.run_handle, inst.last_seen_alive_ms, inst.kill_after_ms = handle, now, None
-            transition(s, inst, Status.RUNNING, "process started", now, "launch")
-            if inst.job_id is not None:
-                from danlu.scheduling.jobs import stop_if_cancelled  # jobs build on instances
-
-                term = stop_if_cancelled(p, s, inst) is not None
-    if kill:
-        p.backend.kill(handle)
-        p.backend.release(handle)
-        return
-    p.backend.start(handle)
-    if term:
-        p.backend.terminate(handle)

@@ -26,7 +26,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import images
 from danlu.compute.allocations import capacity
 from danlu.compute.envvars import validate_env
-from danlu.compute.instances import request_stop
+from danlu.compute.instances import check_command_args, request_stop
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.runs import check_may_run
 from danlu.context import Platform
@@ -34,8 +34,6 @@ from danlu.core.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
 from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
 from danlu.scheduling.model import PRIORITIES
-
-MAX_COMMAND_ARGS = 256
 
 QUEUED, RUNNING, STOPPING = "queued", "running", "stopping"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
@@ -103,8 +101,7 @@ def submit(
     check_may_run(p, user)
     if not command or not all(isinstance(c, str) and c for c in command[:1]):
         raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
-    if len(command) > MAX_COMMAND_ARGS or any(not isinstance(c, str) or "\x00" in c for c in command):
-        raise InvalidInput("invalid_command", f"a command has at most {MAX_COMMAND_ARGS} arguments and no NUL bytes")
+    check_command_args(command)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= 1024:
         raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, from 1 to 1024")
     env = validate_env(env)

@@ -24,10 +24,10 @@ from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
-from danlu.compute.instances import begin_notice, open_allocation
+from danlu.compute.instances import begin_notice, launch, open_allocation
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
-from danlu.compute.runs import build_spec, launch
+from danlu.compute.runs import build_spec
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+# The file (in the run's read-only control folder, ``$DANLU_PREEMPT_FILE``) a preemption notice writes.
+PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
+
 
 class LaunchError(Exception):
     """The run could not be prepared (sandbox set-up failed, no such image …); nothing runs."""

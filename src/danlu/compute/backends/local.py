@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from danlu.compute.backends.base import RUNNING, LaunchError, RunSpec, RunState
+from danlu.compute.backends.base import PREEMPT_FILE, RUNNING, LaunchError, RunSpec, RunState
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
@@ -43,10 +43,7 @@ from danlu.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
 MAX_OFFSET = 1 << 62
-_RECORD = 'rc=$?; printf "%s\\n" "$rc" > "$exitf.tmp" && mv -f "$exitf.tmp" "$exitf"'
 
 
 def _chown_private(path: Path, uid: int | None) -> None:
@@ -121,15 +118,12 @@ class LocalBackend:
                 h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
                 h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
             h.update(pid=pid, ct=psutil.Process(pid).create_time())
-        except psutil.NoSuchProcess as exc:  # it ended while being prepared
+        except BaseException as exc:
             with self._lock:
                 self._launching.discard(spec.run_id)
-            raise LaunchError(
-                f"the run ended while it was being prepared: {self.read_output(spec.log_key, 0)[0][-200:]}"
-            ) from exc
-        except BaseException:
-            with self._lock:
-                self._launching.discard(spec.run_id)
+            if isinstance(exc, psutil.NoSuchProcess):  # it ended while being prepared
+                log_tail = self.read_output(spec.log_key, 0)[0][-200:]
+                raise LaunchError(f"the run ended while it was being prepared: {log_tail}") from exc
             raise
         finally:
             os.close(logfd)
@@ -180,14 +174,14 @@ class LocalBackend:
             )
         self._polls += 1
         if self.sandbox is not None and self.sandbox.cgroups is not None and self._polls % 60 == 1:
-            self._sweep({json.loads(handle)["run"] for handle in handles})
+            self._sweep({h["run"] for h in parsed.values()})
         return out
 
     def _state(self, h: dict[str, Any]) -> RunState:
         outer = live_process(h["pid"], h.get("ct"), h.get("ticks"))
         if outer is not None:
             if h.get("sb") and not self._file(h, "started").exists() and not self.launching(h["run"]):
-                self.kill(json.dumps(h))
+                self._kill(h)
                 return RunState("lost", reason="the server stopped before the command started")
             if h.get("sb"):
                 self._enforce(h)
@@ -230,7 +224,7 @@ class LocalBackend:
             self._pid_hits[run] = (hits, since)
         reading = self._disk.reading(run)
         if not reason and reading is not None:
-            reason = violation(Watched((), h["init"], h["disk"], file_limit(h["disk"])), reading)
+            reason = violation(h["disk"], file_limit(h["disk"]), reading)
         if reason:
             self._file(h, "reason").write_text(reason + "\n")
             send(live_process(h["init"], h["ict"]), signal.SIGKILL)  # the supervisor records the end
@@ -245,7 +239,7 @@ class LocalBackend:
             send(outer, signal.SIGTERM, group=True)
             return
         if not self._file(h, "started").exists():
-            self.kill(handle)  # never started: there is nothing to shut down gracefully
+            self._kill(h)  # never started: there is nothing to shut down gracefully
             return
         init = live_process(h["init"], h["ict"])
         if init is None:
@@ -258,7 +252,9 @@ class LocalBackend:
             send(proc, signal.SIGTERM)
 
     def kill(self, handle: str) -> None:
-        h = json.loads(handle)
+        self._kill(json.loads(handle))
+
+    def _kill(self, h: dict[str, Any]) -> None:
         with self._lock:
             fd = self._blockers.pop(h["run"], -1)
             self._launching.discard(h["run"])

@@ -15,6 +15,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass
 
 import psutil
@@ -92,16 +93,16 @@ def deleted_but_open(init_pid: int) -> int:
     return total
 
 
-def violation(w: Watched, u: Usage) -> str:
+def violation(disk_bytes: int, max_files: int, u: Usage) -> str:
     """The reason to end the run, or ""."""
-    if u.bytes > w.disk_bytes:
+    if u.bytes > disk_bytes:
         return (
-            f"disk limit: the workspace used {u.bytes >> 20} MiB of its {w.disk_bytes >> 20} MiB, so the sandbox "
+            f"disk limit: the workspace used {u.bytes >> 20} MiB of its {disk_bytes >> 20} MiB, so the sandbox "
             "was stopped; remove files (start it and delete them) or rent more GPUs for more disk"
         )
-    if u.files > w.files:
+    if u.files > max_files:
         return (
-            f"file limit: the workspace holds more than {w.files} files, so the sandbox was stopped; "
+            f"file limit: the workspace holds more than {max_files} files, so the sandbox was stopped; "
             "pack small files into archives, or rent more GPUs for a higher limit"
         )
     return ""
@@ -113,7 +114,6 @@ class DiskWatcher:
         self._lock = threading.Lock()
         self._watched: dict[str, Watched] = {}
         self._readings: dict[str, Usage] = {}
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, runs: dict[str, Watched]) -> None:
@@ -147,5 +147,4 @@ class DiskWatcher:
     def _run(self) -> None:
         while True:
             self.measure_now()
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
+            time.sleep(self.interval_s)
