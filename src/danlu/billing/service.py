@@ -6,9 +6,10 @@ import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from danlu.accounts.service import get_user_by_name
-from danlu.billing.accounts import currency, find_transaction, topup, user_account
+from danlu.billing.accounts import currency, find_transaction, idempotency_key, topup, user_account
 from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput
@@ -38,28 +39,49 @@ def balance(p: Platform, user: User) -> BalanceView:
 
 
 def admin_topup(p: Platform, name: str, amount: str, key: str | None) -> tuple[BalanceView, bool]:
-    """Top up ``name`` by ``amount`` (a decimal string). With the same ``key``, a retry changes
-    nothing and reports ``created=False``. Returns the new balance and whether it was created."""
-    key = key or f"topup:{uuid.uuid4()}"
-    if len(key) > 120:
-        raise InvalidInput("invalid_idempotency_key", "idempotency keys are at most 120 characters")
-    full_key = key if key.startswith("topup:") else f"topup:{key}"
-    now = p.clock.now_ms()
+    """Top up ``name`` by ``amount`` (a decimal string). With the same ``key`` for the same user
+    and amount, a retry changes nothing and reports ``created=False``; the same key for another
+    amount is a conflict. Keys are the user's own: another user's identical key is unrelated."""
+    key = key or str(uuid.uuid4())
+    if not 0 < len(key) <= 120:
+        raise InvalidInput("invalid_idempotency_key", "idempotency keys are 1 to 120 characters")
     try:
         with p.db.write() as s:
             user = get_user_by_name(s, name)
             minor = parse_amount(amount, currency(s), allow_zero=False)
-            created = find_transaction(s, full_key) is None
-            topup(s, user, minor, full_key, now)
-            user_id = user.id
-    except Conflict:  # lost a race with the same key: the other request recorded it
-        with p.db.read() as s:
+            full_key = idempotency_key("topup", user.id, key)
+            existing = find_transaction(s, full_key)
+            if existing is None:
+                topup(s, user, minor, full_key, p.clock.now_ms())
+            else:
+                _check_same_topup(s, existing, user.id, minor)
+            created, user_id = existing is None, user.id
+    except Conflict as exc:
+        if exc.code != "duplicate_transaction":
+            raise
+        with p.db.read() as s:  # lost a race with the same key: the other request recorded it
             user_id = get_user_by_name(s, name).id
+            existing = find_transaction(s, full_key)
+            assert existing is not None
+            _check_same_topup(s, existing, user_id, minor)
         created = False
     with p.db.read() as s:
         fresh = s.get(User, user_id)
         assert fresh is not None
         return BalanceView(user_account(s, user_id).balance_minor, fresh.credit_limit_minor, currency(s)), created
+
+
+def _check_same_topup(s: Session, tx: LedgerTransaction, user_id: int, amount_minor: int) -> None:
+    credited = s.execute(
+        select(LedgerEntry.amount_minor).where(
+            LedgerEntry.transaction_id == tx.id, LedgerEntry.account_id == user_account(s, user_id).id
+        )
+    ).scalar_one_or_none()
+    if credited != amount_minor:
+        raise Conflict(
+            "idempotency_key_reused",
+            "this Idempotency-Key was already used for a different top-up of this user; use a new key",
+        )
 
 
 def set_credit_limit(p: Platform, name: str, amount: str) -> BalanceView:
