@@ -27,9 +27,14 @@ class RecordingBackend:
         handle = f"h{len(self.launched)}:{spec.run_id}"
         self.handles.append(handle)
         self.states[handle] = RUNNING
+        self.launching_now.add(spec.run_id)  # as the local backend: until started, killed or released
         return handle
 
+    def _launched(self, handle: str) -> None:
+        self.launching_now.discard(handle.partition(":")[2])
+
     def start(self, handle: str) -> None:
+        self._launched(handle)
         self.started.append(handle)
 
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
@@ -39,9 +44,11 @@ class RecordingBackend:
         self.signals.append((handle, "term"))
 
     def kill(self, handle: str) -> None:
+        self._launched(handle)
         self.signals.append((handle, "kill"))
 
     def release(self, handle: str) -> None:
+        self._launched(handle)
         self.released.append(handle)
 
     def discard(self, run_id: str) -> None:

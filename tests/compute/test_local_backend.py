@@ -98,13 +98,13 @@ def test_kill_leaves_no_exit_status_and_no_process(backend: LocalBackend, root: 
     wait_for(lambda: not any(marker in " ".join(p) for p in _cmdlines()), timeout=10)
 
 
-def test_a_run_never_started_by_a_dead_server_is_lost_not_run(tmp_path: Path, root: Path) -> None:
+def test_a_run_never_started_by_a_dead_server_is_reported_never_started(tmp_path: Path, root: Path) -> None:
     require_sandbox()
     first, _ = make_local_backend(tmp_path / "data", network="none")
     handle = first.launch(spec(root, "sh", "-c", "echo must-not-run"))
     second, _ = make_local_backend(tmp_path / "data", network="none")  # the server restarted
     state = second.poll([handle])[handle]
-    assert state.kind == "lost" and "before the command started" in state.reason
+    assert state.kind == "never_started" and "before the command started" in state.reason
     time.sleep(0.3)
     assert "must-not-run" not in output(second)
 

@@ -150,9 +150,39 @@ def test_cancel_while_a_job_run_is_launching_takes_effect(p: Platform) -> None:
 
     executor.launch = launch_then_cancel  # type: ignore[method-assign]
     assert schedule_round(p).started == [job.id]
-    assert executor.signals[-1] == (executor.last(), "term")  # stopped as soon as it was running
+    assert executor.signals[-1] == (executor.last(), "kill")  # the prepared run is killed …
+    assert executor.last() not in executor.started  # … and its command never let go
+    assert free_gpus(p) == 4
+    schedule_round(p)  # the job layer sees its run end
+    assert jobs.show(p, user, job.id).status == "cancelled"
+
+
+def test_cancel_of_a_job_whose_launch_was_orphaned_stops_it_once_running(p: Platform) -> None:
+    """The cancel lands while another process launches the run: the job layer stops the run as
+    soon as it sees it running (settle_runs), not the instance layer calling up into jobs."""
+    from danlu.scheduling import jobs
+    from danlu.scheduling.live import schedule_round
+
+    user = renter(p)
+    job = jobs.submit(p, user, ["train"], gpus=1, gpu_types=["T4"])
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    original = executor.launch
+
+    def launch_then_cancel_elsewhere(spec: RunSpec) -> str:
+        handle = original(spec)
+        executor.launching_now.discard(spec.run_id)  # as if another server were launching it
+        assert jobs.cancel(p, user, job.id).status == "running"
+        return handle
+
+    executor.launch = launch_then_cancel_elsewhere  # type: ignore[method-assign]
+    assert schedule_round(p).started == [job.id]
+    assert executor.last() in executor.started
+    schedule_round(p)
+    assert executor.signals[-1] == (executor.last(), "term")
     executor.die(executor.last())
     reconcile(p)
+    schedule_round(p)
     assert jobs.show(p, user, job.id).status == "cancelled"
     assert free_gpus(p) == 4
 
@@ -199,3 +229,32 @@ def test_a_start_racing_a_reconcile_pass_is_not_judged_lost(p: Platform) -> None
     backend.launch = launch_during_reconcile  # type: ignore[method-assign]
     assert instances.start(p, user, inst.id).status == "running"
     assert reconcile(p).alive == 1
+
+
+def test_a_start_reads_the_clock_under_the_lock_so_runs_never_overlap(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 finding 7: `start` read the clock before taking the lock; a run that ended while it
+    waited (here 20 ms later) was billed until after the next run had started."""
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["x"])
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    first = executor.last()
+    fake_clock.advance(seconds=10)
+    real_write = p.db.write
+
+    def write_after_the_run_ends():  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(p.db, "write", real_write)
+        fake_clock.advance(ms=20)  # the command exits while `start` waits for the lock …
+        executor.die(first, code=0, at_ms=fake_clock.now_ms())
+        reconcile(p)  # … and the control loop finishes it first
+        return real_write()
+
+    monkeypatch.setattr(p.db, "write", write_after_the_run_ends)
+    instances.start(p, user, inst.id)  # called while the run was still going
+    with p.db.read() as s:
+        runs = s.query(Allocation).filter(Allocation.instance_id == inst.id).order_by(Allocation.id).all()
+        spans = [(a.started_at_ms, a.ended_at_ms) for a in runs]
+    assert len(spans) == 2
+    assert spans[1][0] >= spans[0][1], f"intervals overlap: {spans}"

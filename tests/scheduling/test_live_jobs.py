@@ -149,6 +149,7 @@ def test_a_run_lost_with_its_node_is_retried_then_given_up(platform: Platform) -
         assert spec.checkpoints.name == "checkpoints" and spec.log_key == job.id
         executor.die(executor.last())  # the node vanished: no exit status
         reconcile(p)
+        assert jobs.settle_runs(p) == 1  # the job layer sees its run end
         view = jobs.show(p, user, job.id)
         expected = "queued" if attempt < p.settings.job_max_attempts else "failed"
         assert view.status == expected, view.status_reason

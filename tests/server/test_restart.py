@@ -63,7 +63,7 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
 
 def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_url: str, tmp_path: Path) -> None:
     """The server dies after the sandbox was prepared but before the run's handle was recorded:
-    after a restart the instance is lost (not pending forever, not billing), its GPU is free, the
+    after a restart the instance is failed (not pending forever, not billing), its GPU is free, the
     prepared sandbox is gone and its command never ran (issue 8, item 1)."""
     import psutil
     import pytest
@@ -100,7 +100,8 @@ def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_
     time.sleep(1.2)
     reconcile(p2)
     view = instances.show(p2, user, iid)
-    assert view.status == "lost" and "server stopped while starting it" in view.status_reason
+    assert view.status == "failed" and "server stopped while starting it" in view.status_reason
+    assert "not billed" in view.status_reason
     assert view.billed_seconds == 0
     with p2.db.read() as s:
         assert s.query(Gpu).filter(Gpu.allocation_id.is_not(None)).count() == 0

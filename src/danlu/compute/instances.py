@@ -23,7 +23,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, images
 from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
-from danlu.compute.lifecycle import HAS_PROCESS, Status, check_transition
+from danlu.compute.lifecycle import BILLED, HAS_PROCESS, Status, check_transition
 from danlu.compute.quotas import check_quota
 from danlu.compute.runs import build_spec, check_may_run, prepare_control_dir, write_preempt_deadline
 from danlu.compute.views import InstanceView, get_owned, show
@@ -36,10 +36,25 @@ from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, Use
 MAX_COMMAND_ARGS = 256
 
 
-def transition(session: Session, inst: Instance, to: Status, reason: str, now_ms: int, action: str) -> None:
-    """The one place an instance changes state; records an event with the reason."""
+def transition(
+    session: Session,
+    inst: Instance,
+    to: Status,
+    reason: str,
+    now_ms: int,
+    action: str,
+    *,
+    billing_end_ms: int | None = None,
+) -> None:
+    """The one place an instance changes state, with the side effects that belong to the change,
+    so no path can forget one: reaching a state that is not billed at the rental's plan ends the
+    current allocation's billing (at ``billing_end_ms``, default now) and posts it; reaching a state
+    with no process also frees its GPUs. An event records the reason."""
     current = Status(inst.status)
     check_transition(current, to, action)
+    if to not in BILLED:
+        end_ms = now_ms if billing_end_ms is None else billing_end_ms
+        end_allocation(session, inst, end_ms, release=to not in HAS_PROCESS)
     session.add(
         InstanceEvent(instance_id=inst.id, from_status=current.value, to_status=to.value, reason=reason, at_ms=now_ms)
     )
@@ -148,44 +163,36 @@ def rental_plan(inst: Instance) -> str:
 def launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
     """The two-phase launch of danlu.compute.runs' docstring, outside any transaction but the
     recording one: prepare (command held back) → record the handle under the row lock, or decide
-    to kill it → after commit, let the command go."""
+    to kill it → after commit, let the command go. A launch that fails is ``failed``, not billed."""
     prepare_control_dir(p, instance_id)
     try:
         handle: str | None = p.backend.launch(spec)
         error = ""
     except (LaunchError, OSError) as exc:
         handle, error = None, str(exc)
-    now = p.clock.now_ms()
-    kill = term = False
+    kill = False
     with p.db.write() as s:
         inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
         assert inst is not None
+        now = p.clock.now_ms()  # read under the lock: no interval starts before the last one ended
         if handle is None:
             if inst.status == Status.PENDING:
-                end_allocation(s, inst, now)
-                transition(s, inst, Status.LOST, f"could not start: {error}", now, "launch")
+                transition(s, inst, Status.FAILED, f"could not start: {error}", now, "launch", billing_end_ms=0)
             return
         alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
         if inst.status != Status.PENDING:
             kill = True  # destroyed (or stopped) while the run was being prepared: it must not run
         elif alloc is None or alloc.settled:
             kill = True  # the balance ran out while the run was being prepared
-            end_allocation(s, inst, now)
             transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
         else:
             inst.run_handle, inst.last_seen_alive_ms, inst.kill_after_ms = handle, now, None
             transition(s, inst, Status.RUNNING, "process started", now, "launch")
-            if inst.job_id is not None:
-                from danlu.scheduling.jobs import stop_if_cancelled  # jobs build on instances
-
-                term = stop_if_cancelled(p, s, inst) is not None
     if kill:
         p.backend.kill(handle)
         p.backend.release(handle)
         return
     p.backend.start(handle)
-    if term:
-        p.backend.terminate(handle)
 
 
 def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:
@@ -228,8 +235,8 @@ def rent(
     if len(name) > 64 or "\x00" in name:
         raise InvalidInput("invalid_name", "instance names are at most 64 characters, without NUL bytes")
     instance_id = "i-" + secrets.token_hex(5)
-    now = p.clock.now_ms()
     with p.db.write() as s:
+        now = p.clock.now_ms()
         inst = Instance(
             id=instance_id,
             user_id=user.id,
@@ -260,9 +267,9 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     """Run a stopped/exited/lost instance again on GPUs of the same model, same workspace.
     Never runs on fewer GPUs: if not enough are free it fails and nothing changes."""
     check_may_run(p, user)
-    now = p.clock.now_ms()
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
+        now = p.clock.now_ms()  # under the row lock: the new interval starts after the last one ended
         check_transition(Status(inst.status), Status.PENDING, "start")
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         inst.exit_code = None
@@ -287,8 +294,7 @@ def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: 
     """running → stopping inside the caller's transaction; returns the run handle the caller
     terminates after commit; the control loop kills it once ``kill_after_ms`` has passed."""
     now = p.clock.now_ms()
-    transition(s, inst, Status.STOPPING, reason, now, "stop")
-    end_allocation(s, inst, now, release=False)  # GPUs are freed when the process is gone
+    transition(s, inst, Status.STOPPING, reason, now, "stop")  # billing ends; GPUs wait for the process
     inst.kill_after_ms = now + grace_s * 1000
     return inst.run_handle
 
@@ -300,9 +306,8 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     (``$DANLU_PREEMPT_FILE``, read-only to the run). The caller terminates the returned run handle
     after commit; the loop kills it at the deadline."""
     now = p.clock.now_ms()
-    transition(s, inst, Status.STOPPING, reason, now, "preempt")
     old_id = inst.current_allocation_id
-    end_allocation(s, inst, now, release=False)
+    transition(s, inst, Status.STOPPING, reason, now, "preempt")
     price = plan_price(s, inst.gpu_model, "on-demand")
     old = s.get(Allocation, old_id) if old_id is not None else None
     notice = _new_allocation(s, inst, "interruptible", price_for_plan(price, "interruptible"), price.currency, now)
@@ -322,13 +327,10 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
 
 def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed by user") -> None:
     """End billing, kill the run, free the GPUs, delete the workspace."""
-    now = p.clock.now_ms()
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         handle = inst.run_handle if Status(inst.status) in HAS_PROCESS else None
-        if inst.current_allocation_id is not None:
-            end_allocation(s, inst, now)
-        transition(s, inst, Status.DESTROYED, reason, now, "destroy")
+        transition(s, inst, Status.DESTROYED, reason, p.clock.now_ms(), "destroy")
     if handle is not None:
         p.backend.kill(handle)
         p.backend.release(handle)

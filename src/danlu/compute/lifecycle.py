@@ -15,21 +15,24 @@ class Status(StrEnum):
     STOPPED = "stopped"  # workspace kept, no GPUs, no GPU billing
     EXITED = "exited"  # the command ended by itself; exit_code says how
     LOST = "lost"  # the process vanished without an exit status
+    FAILED = "failed"  # the command never started (the launch failed, or the server died first): not billed
     DESTROYED = "destroyed"
 
 
 S = Status
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    S.PENDING: frozenset({S.RUNNING, S.EXITED, S.LOST, S.STOPPED, S.DESTROYED}),
-    S.RUNNING: frozenset({S.STOPPING, S.EXITED, S.LOST, S.DESTROYED}),
+    S.PENDING: frozenset({S.RUNNING, S.EXITED, S.LOST, S.FAILED, S.STOPPED, S.DESTROYED}),
+    S.RUNNING: frozenset({S.STOPPING, S.EXITED, S.LOST, S.FAILED, S.DESTROYED}),
     S.STOPPING: frozenset({S.STOPPED, S.LOST, S.DESTROYED}),
     S.STOPPED: frozenset({S.PENDING, S.DESTROYED}),
     S.EXITED: frozenset({S.PENDING, S.DESTROYED}),
     S.LOST: frozenset({S.PENDING, S.DESTROYED}),
+    S.FAILED: frozenset({S.PENDING, S.DESTROYED}),
     S.DESTROYED: frozenset(),
 }
 
 HAS_PROCESS = frozenset({S.PENDING, S.RUNNING, S.STOPPING})
+BILLED = frozenset({S.PENDING, S.RUNNING})  # at the rental's plan; a preemption notice bills STOPPING
 
 NEXT_STEP = {
     S.RUNNING: "stop it first with `danlu stop ID`",
@@ -39,6 +42,7 @@ NEXT_STEP = {
     S.STOPPED: "start it with `danlu start ID` or remove it with `danlu rm ID`",
     S.EXITED: "start it again with `danlu start ID` or remove it with `danlu rm ID`",
     S.LOST: "start it again with `danlu start ID` or remove it with `danlu rm ID`",
+    S.FAILED: "start it again with `danlu start ID` or remove it with `danlu rm ID`",
 }
 
 

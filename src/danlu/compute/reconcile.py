@@ -6,12 +6,16 @@ one is finished:
 
 * stop requested → ``stopped`` (billing had already ended at the request);
 * ``exited`` → ``exited``, billing ends when the command ended (the reason says if a limit ended it);
-* ``lost`` → ``lost``, billed up to the last moment it was seen alive and not beyond.
+* ``lost`` → ``lost``, billed up to the last moment it was seen alive and not beyond;
+* ``never_started`` → ``failed``: the command never ran, nothing more is billed.
 
 A verdict is applied only to the run it was reached for: the row is re-read under its lock and
 must still carry the same handle (a ``start`` in between gives it a new one), as dstack guards its
 pipeline results with a lock token. A ``pending`` instance with no handle, that this process is not
-launching, was left by a server that died mid-launch: whatever it left is discarded and it is lost.
+launching, was left by a server that died mid-launch: whatever it left is discarded and it is
+``failed``, not billed. Ending billing and freeing GPUs are side effects of the transitions
+(danlu.compute.instances.transition); jobs see their runs end by looking (danlu.scheduling.jobs
+.settle_runs), so nothing here calls up into the job layer.
 
 The same code adopts runs that kept going while the server was down: they are alive, so nothing
 changes and the meter bills on.
@@ -26,7 +30,7 @@ from sqlalchemy import select, update
 
 from danlu.billing.metering import exhaustion_ms, meter_user, open_allocations_by_user
 from danlu.compute.backends.base import RunState
-from danlu.compute.instances import end_allocation, request_stop, transition
+from danlu.compute.instances import request_stop, transition
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -41,6 +45,7 @@ class TickReport:
     alive: int = 0
     finished: dict[str, str] = field(default_factory=dict)  # instance id → new status
     killed: int = 0
+    stopping: int = 0  # stops still waiting for their process to end
 
 
 def reconcile(p: Platform) -> TickReport:
@@ -59,11 +64,12 @@ def reconcile(p: Platform) -> TickReport:
     for inst_id, status, handle, kill_after in rows:
         if handle is None:
             if status == Status.PENDING and not p.backend.launching(inst_id):
-                ended.append((inst_id, None, RunState("lost", reason="the server stopped while starting it")))
+                ended.append((inst_id, None, RunState("never_started", reason="the server stopped while starting it")))
             continue
         state = states[handle]
         if state.kind == "running":
             alive_ids.append(inst_id)
+            report.stopping += status == Status.STOPPING
             if status == Status.STOPPING and kill_after is not None and kill_after <= now:
                 p.backend.kill(handle)
                 report.killed += 1
@@ -91,7 +97,14 @@ def reconcile(p: Platform) -> TickReport:
 
 def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now: int) -> str | None:
     with p.db.write() as s:
-        inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+        # SKIP LOCKED (PostgreSQL): a row another server or a user's request holds is judged again
+        # next tick rather than waited for; the verdict below is re-checked against the row anyway.
+        inst = s.scalars(
+            select(Instance)
+            .where(Instance.id == inst_id)
+            .with_for_update(skip_locked=True)
+            .execution_options(populate_existing=True)
+        ).first()
         if inst is None or Status(inst.status) not in HAS_PROCESS or inst.run_handle != handle:
             return None  # changed since it was judged (e.g. started again): the verdict is stale
         if handle is None and (inst.status != Status.PENDING or p.backend.launching(inst_id)):
@@ -100,25 +113,23 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
             inst.exit_code = state.code
         ended = state.ended_ms if state.kind == "exited" and state.ended_ms is not None else None
         seen = inst.last_seen_alive_ms or inst.updated_at_ms
-        if inst.status == Status.STOPPING:
+        if state.kind == "never_started" or handle is None:
+            # The command never ran: the launch is failed and nothing past what was posted is billed.
+            why = state.reason or "the server stopped while starting it"
+            to, billed_to, reason = Status.FAILED, 0, f"{why}; it never ran and is not billed"
+        elif inst.status == Status.STOPPING:
             # A user's stop ended billing at the request already; a preemption notice bills until
             # the process really ended (its exit time, else the last time it was seen alive).
-            end_allocation(s, inst, min(ended if ended is not None else seen, now))
             # Keep saying why it was stopped (the user, the operator's reason, a preemption …).
             why = inst.status_reason or "stop requested"
-            transition(s, inst, Status.STOPPED, f"{why}; the process has ended", now, "finish")
+            billed_to = ended if ended is not None else seen
+            to, reason = Status.STOPPED, f"{why}; the process has ended"
         elif ended is not None:
-            end_allocation(s, inst, min(ended, now))
-            why = state.reason or f"command exited with code {state.code}"
-            transition(s, inst, Status.EXITED, why, now, "finish")
+            to, billed_to, reason = Status.EXITED, ended, state.reason or f"command exited with code {state.code}"
         else:
-            end_allocation(s, inst, min(seen, now))
             why = state.reason or "process vanished without an exit status"
-            transition(s, inst, Status.LOST, f"{why}; last seen alive {iso(seen)}", now, "finish")
-        if inst.job_id is not None:
-            from danlu.scheduling.jobs import on_run_finished  # jobs build on instances, not the reverse
-
-            on_run_finished(p, s, inst, now)
+            to, billed_to, reason = Status.LOST, seen, f"{why}; last seen alive {iso(seen)}"
+        transition(s, inst, to, reason, now, "finish", billing_end_ms=min(billed_to, now))
         new_status = inst.status
     if handle is None:
         p.backend.discard(inst_id)
@@ -154,6 +165,9 @@ def meter_all(p: Platform) -> MeterReport:
                 result = meter_user(s, user_id, [s.merge(a, load=False) for a in allocs], now)
         except Conflict as exc:  # a concurrent stop metered these first; the next pass retries
             log.warning("meter skipped user %s: %s", user_id, exc.message)
+            continue
+        except Exception:  # one user's failure must not stop metering the others
+            log.exception("could not meter user %s; retrying next pass", user_id)
             continue
         report.charged_minor += result.charged_minor
         if result.exhausted:

@@ -39,6 +39,16 @@ class Setting(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class Lease(Base):
+    """Background work held by one server at a time (danlu.server.lease)."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    token: Mapped[str] = mapped_column(String(64))
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 class User(Base):
     __tablename__ = "users"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

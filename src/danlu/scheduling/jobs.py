@@ -27,6 +27,8 @@ from danlu.compute import images
 from danlu.compute.allocations import capacity
 from danlu.compute.envvars import validate_env
 from danlu.compute.instances import check_command_args, request_stop
+from danlu.compute.instances import transition as transition_instance
+from danlu.compute.lifecycle import HAS_PROCESS
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.runs import check_may_run
 from danlu.context import Platform
@@ -248,17 +250,51 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
             inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
             if inst is not None and inst.status == InstanceStatus.RUNNING:
                 handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
-            # A run still being launched is stopped as soon as it is running (stop_if_cancelled).
+            elif inst is not None and inst.status == InstanceStatus.PENDING and p.backend.launching(inst.id):
+                # Its launch (in this process) sees the instance stopped and kills the prepared run.
+                transition_instance(s, inst, InstanceStatus.STOPPED, "job cancelled by user", now, "stop")
+            # Any other run still starting is stopped once it runs (settle_runs).
     if handle is not None:
         p.backend.terminate(handle)
     return show(p, user, job_id)
 
 
-def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> None:
-    """Called by reconciliation, in its transaction, when a job's run has ended."""
-    job = s.get(Job, inst.job_id, with_for_update=True, populate_existing=True) if inst.job_id else None
-    if job is None or job.current_instance_id != inst.id:
-        return
+def settle_runs(p: Platform) -> int:
+    """Jobs observe their runs (instances never call up into this layer): a job whose run has
+    ended moves on (:func:`on_run_finished`), and a cancel that arrived while its run was being
+    launched stops the run once it is running. Each job in a transaction of its own, re-checked
+    under its lock; returns how many jobs changed."""
+    with p.db.read() as s:
+        rows = s.execute(
+            select(Job.id, Instance.id, Instance.status, Job.cancel_requested)
+            .join(Instance, Instance.id == Job.current_instance_id)
+            .where(Job.current_instance_id.is_not(None))
+        ).all()
+    changed = 0
+    for job_id, inst_id, inst_status, cancel in rows:
+        ended = InstanceStatus(inst_status) not in HAS_PROCESS
+        if not ended and not (cancel and inst_status == InstanceStatus.RUNNING):
+            continue
+        handle: str | None = None
+        with p.db.write() as s:
+            job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
+            inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+            if job is None or inst is None or job.current_instance_id != inst.id:
+                continue
+            now = p.clock.now_ms()
+            if InstanceStatus(inst.status) not in HAS_PROCESS:
+                on_run_finished(p, s, job, inst, now)
+                changed += 1
+            elif job.cancel_requested and inst.status == InstanceStatus.RUNNING:
+                handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
+                changed += 1
+        if handle is not None:
+            p.backend.terminate(handle)
+    return changed
+
+
+def on_run_finished(p: Platform, s: Session, job: Job, inst: Instance, now_ms: int) -> None:
+    """In the caller's transaction, with both rows locked: the job's run ``inst`` has ended."""
     if job.status in TERMINAL:  # e.g. cancelled while this run was starting: just let go of the run
         job.current_instance_id = None
         return
@@ -266,6 +302,7 @@ def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> Non
     job.notice_deadline_ms = None
     job.exit_code = inst.exit_code
     preempted = job.status == STOPPING
+    max_attempts = p.settings.job_max_attempts
     if job.cancel_requested:
         transition(s, job, CANCELLED, "cancelled by user", now_ms)
     elif preempted:
@@ -274,6 +311,11 @@ def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> Non
         transition(s, job, SUCCEEDED, "command exited with code 0", now_ms)
     elif inst.status == InstanceStatus.EXITED:  # the run's reason: its exit code, or the limit that ended it
         transition(s, job, FAILED, inst.status_reason or f"command exited with code {inst.exit_code}", now_ms)
+    elif inst.status == InstanceStatus.FAILED and (n := _losses(s, job, InstanceStatus.FAILED)) < max_attempts:
+        why = f"run never started ({inst.status_reason}); requeued ({n} of {max_attempts})"
+        transition(s, job, QUEUED, why, now_ms)
+    elif inst.status == InstanceStatus.FAILED:
+        transition(s, job, FAILED, f"run could not start {n} times; giving up: {inst.status_reason}", now_ms)
     elif inst.status == InstanceStatus.LOST and (lost := _losses(s, job)) < p.settings.job_max_attempts:
         reason = (
             f"run lost with its node ({lost} of at most {p.settings.job_max_attempts}); retrying from the checkpoint"
@@ -285,19 +327,11 @@ def on_run_finished(p: Platform, s: Session, inst: Instance, now_ms: int) -> Non
         transition(s, job, QUEUED, f"run stopped: {inst.status_reason}", now_ms)
 
 
-def _losses(s: Session, job: Job) -> int:
-    """Runs of this job lost with their node (preempted or stopped runs do not count)."""
+def _losses(s: Session, job: Job, status: InstanceStatus = InstanceStatus.LOST) -> int:
+    """Runs of this job lost with their node, or (``failed``) that never started; preempted or
+    stopped runs do not count."""
     return int(
         s.execute(
-            select(func.count(Instance.id)).where(Instance.job_id == job.id, Instance.status == InstanceStatus.LOST)
+            select(func.count(Instance.id)).where(Instance.job_id == job.id, Instance.status == status)
         ).scalar_one()
     )
-
-
-def stop_if_cancelled(p: Platform, s: Session, inst: Instance) -> str | None:
-    """Called when a job's run has just started: a cancel that arrived during its launch takes
-    effect now. Returns the run handle to terminate after commit, if any."""
-    job = s.get(Job, inst.job_id) if inst.job_id else None
-    if job is None or not job.cancel_requested or inst.status != InstanceStatus.RUNNING:
-        return None
-    return request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)

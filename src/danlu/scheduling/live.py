@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RoundReport:
+    settled: int = 0  # jobs moved on because their run ended (or was cancelled while launching)
     started: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     deferred: int = 0
@@ -200,8 +201,10 @@ def _usage(s: Session, now: int) -> dict[str, float]:
 
 
 def schedule_round(p: Platform) -> RoundReport:
-    """One round; cheap when the queue is empty (one indexed query)."""
+    """One round: first the jobs whose runs ended move on (jobs observe instances), then the
+    queue is scheduled; cheap when the queue is empty (one indexed query)."""
     report = RoundReport()
+    report.settled = jobsvc.settle_runs(p)
     with p.db.read() as s:
         if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
             return report

@@ -1,26 +1,43 @@
 """The background control loop: reconcile processes every tick, meter on an interval, and meter
-early when a user's balance is predicted to run out (or when a rental wakes the loop)."""
+early when a user's balance is predicted to run out (or when a rental wakes the loop).
+
+Only the server holding the ``control-loop`` lease does this work (danlu.server.lease), and only
+one server runs on a data folder. Each phase of a tick is guarded on its own: a failure in one
+(logged) never stops the others. While a stop is waiting for its process to end, the loop ticks
+every 0.1 s, so the GPUs are free for the next renter within moments of the process ending."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.scheduling.live import schedule_round
+from danlu.server.lease import DataDirLock, Lease, holder_for
+
+T = TypeVar("T")
+FAST_TICK_S = 0.1  # while a stopped instance's process is still ending
 
 log = logging.getLogger(__name__)
 
 
 class ControlLoop:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: Platform, dir_lock: DataDirLock | None = None) -> None:
         self.p = platform
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.next_meter_ms = 0
         self.ticks = 0
+        self.waiting_on_stops = 0
+        self.dir_lock = dir_lock or DataDirLock(platform.settings.data_dir)
+        ttl_ms = int(max(10.0, 5 * platform.settings.tick_interval_s) * 1000)
+        self.lease = Lease(
+            platform.db, platform.clock, "control-loop", holder_for(platform.settings.data_dir), ttl_ms
+        )
 
     def wake(self) -> None:
         """Run a tick now (a job was submitted, GPUs may have changed hands). It does not force a
@@ -29,28 +46,39 @@ class ControlLoop:
         self._wake.set()
 
     def run_once(self) -> None:
-        reconcile(self.p)
-        schedule_round(self.p)
+        if not self._phase("lease", self.lease.acquire):
+            return  # another server on this database does the background work
+        tick = self._phase("reconcile", lambda: reconcile(self.p))
+        self.waiting_on_stops = tick.stopping if tick else 0
+        self._phase("schedule", lambda: schedule_round(self.p))
         now = self.p.clock.now_ms()
         if now >= self.next_meter_ms:
-            report = meter_all(self.p)
+            report = self._phase("meter", lambda: meter_all(self.p))
             interval_ms = int(self.p.settings.meter_interval_s * 1000)
             nxt = now + interval_ms
-            if report.next_exhaustion_ms is not None:
+            if report is not None and report.next_exhaustion_ms is not None:
                 nxt = min(nxt, report.next_exhaustion_ms)
             self.next_meter_ms = nxt
         self.ticks += 1
 
+    @staticmethod
+    def _phase(name: str, work: Callable[[], T]) -> T | None:
+        try:
+            return work()
+        except Exception:  # keep the loop alive; the next tick retries from the database
+            log.exception("control loop: %s failed; retrying next tick", name)
+            return None
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # keep the loop alive; the next tick retries from the database
-                log.exception("control loop tick failed")
-            self._wake.wait(self.p.settings.tick_interval_s)
+            self.run_once()
+            wait = FAST_TICK_S if self.waiting_on_stops else self.p.settings.tick_interval_s
+            self._wake.wait(min(wait, self.p.settings.tick_interval_s))
             self._wake.clear()
 
     def start(self) -> None:
+        """Refuses (Conflict ``data_dir_in_use``) if another server runs on this data folder."""
+        self.dir_lock.acquire()
         self._thread = threading.Thread(target=self._run, name="danlu-control-loop", daemon=True)
         self._thread.start()
 
@@ -59,3 +87,5 @@ class ControlLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._phase("lease release", self.lease.release)
+        self.dir_lock.release()

@@ -85,9 +85,10 @@ class RunSpec:
 @dataclass(frozen=True)
 class RunState:
     """How a run stands. ``exited``: ended by itself (or by a limit), with its code and the
-    moment it ended; ``lost``: gone without an exit status (killed, or its host vanished)."""
+    moment it ended; ``lost``: gone without an exit status (killed, or its host vanished);
+    ``never_started``: prepared but its command never ran (the server died before letting it go)."""
 
-    kind: Literal["running", "exited", "lost"]
+    kind: Literal["running", "exited", "lost", "never_started"]
     code: int | None = None
     ended_ms: int | None = None
     reason: str = ""

@@ -182,7 +182,7 @@ class LocalBackend:
         if outer is not None:
             if h.get("sb") and not self._file(h, "started").exists() and not self.launching(h["run"]):
                 self._kill(h)
-                return RunState("lost", reason="the server stopped before the command started")
+                return RunState("never_started", reason="the server stopped before the command started")
             if h.get("sb"):
                 self._enforce(h)
             return RUNNING
