@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= .danlu
 PORT ?= 8000
 
-.PHONY: run test lint typecheck bench clean system-deps
+.PHONY: run test lint typecheck bench clean system-deps fuzz
 
 # The sandbox's Debian packages (bubblewrap, slirp4netns, nftables …), where missing and installable.
 system-deps:
@@ -26,11 +26,18 @@ test: $(STAMP) system-deps
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
+# The schemathesis drill of tests/api/test_fuzz.py with many examples per operation, on SQLite and
+# PostgreSQL: FUZZ_EXAMPLES=2000 make fuzz for a long run, FUZZ_SEED=N to replay or vary it.
+FUZZ_EXAMPLES ?= 200
+fuzz: $(STAMP) system-deps
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -s -p no:cacheprovider --timeout 0 tests/api/test_fuzz.py
+
 bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/api_latency.py
 	$(BIN)/python benchmarks/metering.py
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
+	$(BIN)/python benchmarks/stop_release.py
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

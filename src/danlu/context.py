@@ -4,6 +4,7 @@ argument; nothing below reads globals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,9 @@ class Platform:
     backend: Backend
     settings: Settings
     sandbox: SandboxStatus = field(default_factory=lambda: SandboxStatus("off", "unsandboxed"))
+    # Asks the control loop for a tick now (set by ControlLoop; a no-op without one): after a stop,
+    # so the GPUs are freed as soon as the process has ended, not at the next regular tick.
+    wake_loop: Callable[[], None] = field(default=lambda: None, repr=False)
 
     @property
     def sandbox_root(self) -> Path:

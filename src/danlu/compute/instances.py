@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+from collections.abc import Iterable
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -285,9 +286,20 @@ def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         handle = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s)
-    if handle is not None:
-        p.backend.terminate(handle)
+    terminate_runs(p, [handle])
     return show(p, user, instance_id)
+
+
+def terminate_runs(p: Platform, handles: Iterable[str | None]) -> None:
+    """After the stopping transaction committed: SIGTERM each run, and wake the control loop,
+    which watches stopping runs closely and frees their GPUs the moment the process is gone."""
+    sent = False
+    for handle in handles:
+        if handle is not None:
+            p.backend.terminate(handle)
+            sent = True
+    if sent:
+        p.wake_loop()
 
 
 def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: int) -> str | None:

@@ -46,8 +46,7 @@ def stop_instance(p: Platform, instance_id: str, reason: str) -> InstanceView:
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         handle = instances.request_stop(p, s, inst, why, p.settings.stop_grace_s)
-    if handle is not None:
-        p.backend.terminate(handle)
+    instances.terminate_runs(p, [handle])
     return show(p, user, instance_id)
 
 
@@ -75,9 +74,7 @@ def suspend_user(p: Platform, name: str, reason: str) -> int:
         ).all()
         for inst in running:
             handles.append(instances.request_stop(p, s, inst, f"account suspended: {why}", p.settings.stop_grace_s))
-    for handle in handles:
-        if handle is not None:
-            p.backend.terminate(handle)
+    instances.terminate_runs(p, handles)
     return len(handles)
 
 

@@ -30,7 +30,7 @@ from sqlalchemy import select, update
 
 from danlu.billing.metering import exhaustion_ms, meter_user, open_allocations_by_user
 from danlu.compute.backends.base import RunState
-from danlu.compute.instances import request_stop, transition
+from danlu.compute.instances import request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -209,6 +209,4 @@ def stop_all_for_exhausted(p: Platform, user_id: int) -> None:
             handles.append(
                 request_stop(p, s, inst, "balance exhausted: top up to start again", p.settings.exhausted_grace_s)
             )
-    for handle in handles:
-        if handle is not None:
-            p.backend.terminate(handle)
+    terminate_runs(p, handles)

@@ -26,7 +26,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import images
 from danlu.compute.allocations import capacity
 from danlu.compute.envvars import validate_env
-from danlu.compute.instances import check_command_args, request_stop
+from danlu.compute.instances import check_command_args, request_stop, terminate_runs
 from danlu.compute.instances import transition as transition_instance
 from danlu.compute.lifecycle import HAS_PROCESS
 from danlu.compute.lifecycle import Status as InstanceStatus
@@ -254,8 +254,7 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
                 # Its launch (in this process) sees the instance stopped and kills the prepared run.
                 transition_instance(s, inst, InstanceStatus.STOPPED, "job cancelled by user", now, "stop")
             # Any other run still starting is stopped once it runs (settle_runs).
-    if handle is not None:
-        p.backend.terminate(handle)
+    terminate_runs(p, [handle])
     return show(p, user, job_id)
 
 
@@ -288,8 +287,7 @@ def settle_runs(p: Platform) -> int:
             elif job.cancel_requested and inst.status == InstanceStatus.RUNNING:
                 handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
                 changed += 1
-        if handle is not None:
-            p.backend.terminate(handle)
+        terminate_runs(p, [handle])
     return changed
 
 

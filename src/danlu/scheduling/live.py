@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
-from danlu.compute.instances import begin_notice, launch, open_allocation
+from danlu.compute.instances import begin_notice, launch, open_allocation, terminate_runs
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
 from danlu.compute.runs import build_spec
@@ -291,8 +291,7 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
         job.preemptions += 1
         job.notice_deadline_ms = deadline
         jobsvc.transition(s, job, jobsvc.STOPPING, f"preempted: {reason}; notice until {iso(deadline)}", now)
-    if handle is not None:
-        p.backend.terminate(handle)
+    terminate_runs(p, [handle])
     log.info("preempted %s until %s", job_id, deadline_ms)
 
 
@@ -305,6 +304,5 @@ def preempt_rental(p: Platform, instance_id: str, deadline_ms: int, reason: str)
             return
         deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
         handle = begin_notice(p, s, inst, deadline, f"preempted: {reason}; notice until {iso(deadline)}")
-    if handle is not None:
-        p.backend.terminate(handle)
+    terminate_runs(p, [handle])
     log.info("preempted rental %s until %s", instance_id, iso(deadline))

@@ -33,6 +33,7 @@ class ControlLoop:
         self.next_meter_ms = 0
         self.ticks = 0
         self.waiting_on_stops = 0
+        platform.wake_loop = self.wake
         self.dir_lock = dir_lock or DataDirLock(platform.settings.data_dir)
         ttl_ms = int(max(10.0, 5 * platform.settings.tick_interval_s) * 1000)
         self.lease = Lease(
