@@ -7,12 +7,14 @@ import hashlib
 import hmac
 import re
 import secrets
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency, ensure_accounts
+from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from danlu.db.models import User
 
@@ -29,7 +31,7 @@ def new_token() -> str:
 
 
 def validate_name(name: str) -> str:
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):  # match() would take a final newline ("bob\n")
         raise InvalidInput(
             "invalid_user_name",
             "user names are 2-63 characters: lowercase letters, digits, '_', '.', '-', starting with a letter",
@@ -96,3 +98,52 @@ def set_gpu_quota(session: Session, name: str, gpus: int | None) -> User:
     user.gpu_quota = gpus
     session.flush()
     return user
+
+
+# -- the operator's account administration, each in its own transaction (the admin router's services)
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    is_admin: bool
+    suspended_reason: str | None
+    sandbox_uid: int | None
+    gpu_quota: int | None
+
+    @classmethod
+    def of(cls, u: User) -> UserInfo:
+        return cls(u.name, u.is_admin, u.suspended_reason, u.sandbox_uid, u.gpu_quota)
+
+
+def register_user(p: Platform, name: str) -> tuple[UserInfo, str]:
+    """A new renter with an account; returns it and its token (shown once)."""
+    with p.db.write() as s:
+        user, token = create_user(s, name, p.clock.now_ms())
+        return UserInfo.of(user), token
+
+
+def list_users(p: Platform) -> list[UserInfo]:
+    with p.db.read() as s:
+        return [UserInfo.of(u) for u in s.scalars(select(User).order_by(User.id))]
+
+
+def change_gpu_quota(p: Platform, name: str, gpus: int | None) -> UserInfo:
+    with p.db.write() as s:
+        return UserInfo.of(set_gpu_quota(s, name, gpus))
+
+
+def user_info(p: Platform, name: str) -> UserInfo:
+    with p.db.read() as s:
+        return UserInfo.of(get_user_by_name(s, name))
+
+
+def rotate_user_token(p: Platform, name: str) -> str:
+    """A new token for ``name``, shown once; the old one stops working at once."""
+    with p.db.write() as s:
+        return rotate_token(s, name)
+
+
+def revoke_user_token(p: Platform, name: str) -> None:
+    with p.db.write() as s:
+        revoke_token(s, name)

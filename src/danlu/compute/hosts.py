@@ -125,3 +125,33 @@ def list_hosts(p: Platform) -> list[HostView]:
         )
         for h in hosts
     ]
+
+
+def configure_host(
+    p: Platform,
+    name: str,
+    *,
+    cpus_per_gpu: float | None = None,
+    mem_per_gpu_mb: int | None = None,
+    disk_per_gpu_mb: int | None = None,
+    pids_per_gpu: int | None = None,
+    network_policy: str | None = None,
+) -> HostView:
+    """The operator's host settings, in one transaction; returns the host as listed."""
+    milli = None
+    if cpus_per_gpu is not None:
+        if not 0 < cpus_per_gpu < 1e6:
+            raise InvalidInput("invalid_host_limit", "vCPUs per GPU is between 0.1 and 1000")
+        milli = round(cpus_per_gpu * 1000)
+    with p.db.write() as s:
+        configure(
+            p,
+            s,
+            get_host(s, name),
+            cpus_per_gpu_milli=milli,
+            mem_per_gpu_mb=mem_per_gpu_mb,
+            disk_per_gpu_mb=disk_per_gpu_mb,
+            pids_per_gpu=pids_per_gpu,
+            network_policy=network_policy,
+        )
+    return next(v for v in list_hosts(p) if v.name == name)
