@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= .danlu
 PORT ?= 8000
 
-.PHONY: run test lint typecheck bench clean system-deps fuzz
+.PHONY: run test lint typecheck bench clean system-deps drill fuzz
 
 # The sandbox's Debian packages (bubblewrap, slirp4netns, nftables …), where missing and installable.
 system-deps:
@@ -38,6 +38,12 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
 	$(BIN)/python benchmarks/stop_release.py
+
+# The kill -9 drill at length (CI runs 20 kills per database in the test suite).
+KILLS ?= 100
+SEED ?= 1
+drill: $(STAMP) system-deps
+	$(BIN)/python tools/kill_drill.py --kills $(KILLS) --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -14,6 +14,7 @@ from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
+from danlu.db.models import User
 from tests.conftest import make_platform, wait_for
 
 
@@ -61,14 +62,13 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
     db2.engine.dispose()
 
 
-def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_url: str, tmp_path: Path) -> None:
-    """The server dies after the sandbox was prepared but before the run's handle was recorded:
-    after a restart the instance is failed (not pending forever, not billing), its GPU is free, the
-    prepared sandbox is gone and its command never ran (issue 8, item 1)."""
+def _killed_mid_launch(db_url: str, tmp_path: Path) -> tuple[Platform, User, str, str]:
+    """The server dies after the sandbox was prepared but before the run's handle was recorded;
+    returns the restarted platform, the renter, the instance and its supervisor's marker."""
     import psutil
     import pytest
 
-    from danlu.db.models import Gpu, Instance
+    from danlu.db.models import Instance
 
     p1, _ = make_platform(db_url, tmp_path / "data", SystemClock(), spec="T4:2")
     billing.set_price(p1, "T4", "36.00")
@@ -97,6 +97,30 @@ def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_
     p2 = Platform(
         db=open_database(db_url), clock=SystemClock(), backend=backend2, settings=p1.settings, sandbox=sandbox2
     )
+    return p2, user, iid, marker
+
+
+def _supervised(marker: str) -> bool:
+    import psutil
+
+    return any(marker in " ".join(pr.info["cmdline"] or []) for pr in psutil.process_iter(["cmdline"]))
+
+
+def test_rm_of_an_instance_a_dead_server_was_launching_leaves_no_process(db_url: str, tmp_path: Path) -> None:
+    """Found by the kill drill: `rm` before the restarted loop judged the half-launched instance
+    left its blocked sandbox behind, since destroy only killed runs with a recorded handle."""
+    p2, user, iid, marker = _killed_mid_launch(db_url, tmp_path)
+    instances.destroy(p2, user, iid)
+    wait_for(lambda: not _supervised(marker), timeout=10)
+    p2.db.engine.dispose()
+
+
+def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_url: str, tmp_path: Path) -> None:
+    """After a restart the instance is failed (not pending forever, not billing), its GPU is free,
+    the prepared sandbox is gone and its command never ran (issue 8, item 1)."""
+    from danlu.db.models import Gpu
+
+    p2, user, iid, marker = _killed_mid_launch(db_url, tmp_path)
     time.sleep(1.2)
     reconcile(p2)
     view = instances.show(p2, user, iid)
@@ -105,6 +129,6 @@ def test_a_server_killed_mid_launch_leaves_no_pending_instance_and_no_orphan(db_
     assert view.billed_seconds == 0
     with p2.db.read() as s:
         assert s.query(Gpu).filter(Gpu.allocation_id.is_not(None)).count() == 0
-    wait_for(lambda: not any(marker in " ".join(pr.info["cmdline"] or []) for pr in psutil.process_iter(["cmdline"])))
+    wait_for(lambda: not _supervised(marker))
     assert "must-not-run" not in p2.backend.read_output(iid, 0)[0]
     p2.db.engine.dispose()

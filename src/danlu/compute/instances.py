@@ -342,10 +342,15 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         handle = inst.run_handle if Status(inst.status) in HAS_PROCESS else None
+        # Pending without a handle: a launch this process is running kills its prepared run when it
+        # sees the instance destroyed; one left by a dead server is discarded here.
+        orphaned = inst.status == Status.PENDING and handle is None and not p.backend.launching(instance_id)
         transition(s, inst, Status.DESTROYED, reason, p.clock.now_ms(), "destroy")
     if handle is not None:
         p.backend.kill(handle)
         p.backend.release(handle)
+    elif orphaned:
+        p.backend.discard(instance_id)
     shutil.rmtree(p.workspaces / instance_id, ignore_errors=True)
     shutil.rmtree(p.run_dirs / instance_id, ignore_errors=True)
     shutil.rmtree(p.control_dir(instance_id), ignore_errors=True)

@@ -201,7 +201,8 @@ def _views(p: Platform, s: Session, jobs: list[Job]) -> list[JobView]:
     runs: dict[str, list[Instance]] = {}
     allocs: dict[str, list[Allocation]] = {}
     if ids:
-        for inst in s.scalars(select(Instance).where(Instance.job_id.in_(ids)).order_by(Instance.created_at_ms)):
+        by_start = select(Instance).where(Instance.job_id.in_(ids)).order_by(Instance.created_at_ms, Instance.id)
+        for inst in s.scalars(by_start):
             runs.setdefault(inst.job_id or "", []).append(inst)
         owner = {i.id: i.job_id or "" for rs in runs.values() for i in rs}
         if owner:

@@ -23,8 +23,10 @@ from danlu.compute.sandbox.cgroups import Cgroups
 from danlu.compute.sandbox.network import NetworkError, host_addresses, nft_rules
 
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-# The supervisor's epilogue: the exit status, atomically; the file's mtime is when the run ended.
-RECORD = 'rc=$?; printf "%s\\n" "$rc" > "$exitf.tmp" && mv -f "$exitf.tmp" "$exitf"'
+# The supervisor's epilogue: the exit status, atomically (the file's mtime is when the run ended);
+# then its whole process group goes, itself included: a sandbox whose outer bubblewrap died before
+# the inner one could die with its parent (the server killed mid-launch) is never left behind.
+RECORD = 'rc=$?; printf "%s\\n" "$rc" > "$exitf.tmp" && mv -f "$exitf.tmp" "$exitf"; kill -KILL 0'
 
 
 @dataclass

@@ -1,0 +1,380 @@
+"""The cross-tenant matrix, generated from the app's route table.
+
+Every route whose path carries an object id (``{..._id}``), called by tenant B on tenant A's real
+object, answers 404 with our error body — the same answer as for an id that does not exist, so it
+leaks nothing — and changes nothing: A's objects seen through A's own API, both balances and
+ledgers, and the database rows behind them are identical before and after. Every operator-only
+route answers a non-admin 403 ``admin_only`` and changes nothing either.
+
+A new route is covered without anyone remembering to: the routes are read from the app, a request
+body is derived from the route's request model, and an id parameter with no fixture object fails
+the test with a message saying which fixture to add.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from danlu.api.deps import get_admin
+from danlu.core.clock import FakeClock
+from danlu.db.models import Account, Allocation, Gpu, Instance, Job, LedgerEntry, LedgerTransaction, User
+from tests.conftest import LiveServer, make_platform, require_sandbox, wait_for
+
+ID_PARAM = re.compile(r"\{(\w+_id)(?::\w+)?\}")
+
+# Sample values for request-body fields, by field name; anything else gets a value from its type.
+SAMPLE_FIELDS: dict[str, Any] = {
+    "command": ["sh", "-c", "echo intruder; sleep 600"],
+    "gpu_model": "T4",
+    "gpu_count": 1,
+    "gpus": 1,
+    "amount": "1.00",
+    "price_per_hour": "1.00",
+    "reason": "cross-tenant drill",
+    "name": "intruder",
+    "source": "/nonexistent/rootfs",
+}
+
+
+@dataclass(frozen=True)
+class RouteInfo:
+    method: str
+    path: str  # full path template, e.g. /api/v1/instances/{instance_id}/stop
+    path_params: tuple[str, ...]
+    query_required: tuple[str, ...]
+    body_model: type[BaseModel] | None
+    admin_only: bool
+
+    @property
+    def id_params(self) -> tuple[str, ...]:
+        return tuple(ID_PARAM.findall(self.path))
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def _needs_admin(dependant: Any) -> bool:
+    return any(d.call is get_admin or _needs_admin(d) for d in dependant.dependencies)
+
+
+def route_table(app: FastAPI) -> list[RouteInfo]:
+    """Every (method, path) the app serves, flattened through included routers."""
+    out = []
+    for ctx in iter_route_contexts(app.routes):
+        route = ctx.original_route
+        if not isinstance(route, APIRoute):
+            continue
+        body = route.body_field
+        model = body.field_info.annotation if body is not None else None
+        assert model is None or (isinstance(model, type) and issubclass(model, BaseModel)), (
+            f"{ctx.path}: request body {model!r} is not a pydantic model; teach the tenant matrix to build it"
+        )
+        for method in sorted(ctx.methods or ()):
+            out.append(
+                RouteInfo(
+                    method=method,
+                    path=str(ctx.path),
+                    path_params=tuple(p.name for p in route.dependant.path_params),
+                    query_required=tuple(q.name for q in route.dependant.query_params if q.field_info.is_required()),
+                    body_model=model,
+                    admin_only=_needs_admin(route.dependant),
+                )
+            )
+    return out
+
+
+def _value_for(annotation: Any, name: str) -> Any:
+    if name in SAMPLE_FIELDS:
+        return SAMPLE_FIELDS[name]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _value_for(args[0], name) if args else None
+    if origin is typing.Annotated:
+        return _value_for(typing.get_args(annotation)[0], name)
+    if origin is typing.Literal:
+        return typing.get_args(annotation)[0]
+    if annotation is bool:
+        return False
+    if annotation is int:
+        return 1
+    if annotation is float:
+        return 1.0
+    if annotation is str:
+        return "x"
+    if origin is list or annotation is list:
+        return []
+    if origin is dict or annotation is dict:
+        return {}
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return minimal_body(annotation)
+    raise AssertionError(f"no sample value for field {name!r} ({annotation!r}): add one to SAMPLE_FIELDS")
+
+
+def minimal_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The smallest body the model accepts: its required fields, from SAMPLE_FIELDS or their type."""
+    body = {name: _value_for(f.annotation, name) for name, f in model.model_fields.items() if f.is_required()}
+    model.model_validate(body)  # a body the route would reject would make its 404 prove nothing
+    return body
+
+
+@dataclass
+class World:
+    """Tenant A's objects, the intruder B, and the live server they share."""
+
+    live: LiveServer
+    app: FastAPI
+    a: httpx.Client
+    b: httpx.Client
+    a_name: str
+    objects: dict[str, list[str]] = field(default_factory=dict)  # id parameter name -> A's objects
+    a_views: list[str] = field(default_factory=list)  # A's own GETs that show A's objects
+
+
+@pytest.fixture
+def world(db_url: str, tmp_path: Path) -> Iterator[World]:
+    require_sandbox()
+    clock = FakeClock()
+    p, token = make_platform(
+        db_url, tmp_path / "data", clock, stop_grace_s=2, tick_interval_s=0.1, meter_interval_s=1.0
+    )
+    with LiveServer(p, token) as live:
+        with live.admin() as adm:
+            assert adm.put("/admin/prices/A100-80GB", json={"price_per_hour": "36.00"}).status_code == 200
+            assert adm.put("/admin/prices/T4", json={"price_per_hour": "3.60"}).status_code == 200
+        a, b = live.new_user("tenant-a"), live.new_user("tenant-b")
+        cmd = ["sh", "-c", "echo hello-from-a; exec sleep 600"]
+        running = a.post("/instances", json={"gpu_model": "T4", "command": cmd, "name": "a-running"})
+        stopped = a.post("/instances", json={"gpu_model": "A100-80GB", "command": cmd, "name": "a-stopped"})
+        assert running.status_code == 201 and stopped.status_code == 201, (running.text, stopped.text)
+        rid, sid = running.json()["id"], stopped.json()["id"]
+        wait_for(lambda: "hello-from-a" in a.get(f"/instances/{sid}/logs").json()["text"])
+        assert a.post(f"/instances/{sid}/stop").status_code == 200
+        wait_for(lambda: a.get(f"/instances/{sid}").json()["status"] == "stopped")
+        job = a.post("/jobs", json={"command": ["sh", "-c", "echo job-of-a; exec sleep 600"], "gpu_types": ["T4"]})
+        assert job.status_code == 201, job.text
+        jid = job.json()["id"]
+        wait_for(lambda: a.get(f"/jobs/{jid}").json()["status"] == "running")
+        wait_for(lambda: "hello-from-a" in a.get(f"/instances/{rid}/logs").json()["text"])
+        wait_for(lambda: "job-of-a" in a.get(f"/jobs/{jid}/logs").json()["text"])
+        with p.db.read() as s:
+            run_id = s.scalars(select(Instance.id).where(Instance.job_id == jid)).one()
+        # Time passes once, so A has billed seconds and usage in the ledger, then stands still:
+        # every snapshot below must be identical unless an intruder's call changed something.
+        clock.advance(30)
+        wait_for(lambda: a.get(f"/instances/{rid}").json()["billed_seconds"] == 30)
+        wait_for(lambda: any(e.get("kind") == "usage" for e in a.get("/ledger").json()))
+        app = live.server.config.app
+        assert isinstance(app, FastAPI)
+        w = World(live=live, app=app, a=a, b=b, a_name="tenant-a")
+        # Each id parameter a route may carry -> A's real objects of that kind. A new kind of id in
+        # a route fails test_every_id_route_is_covered until it gets its fixture objects here.
+        w.objects = {"instance_id": [rid, sid, run_id], "job_id": [jid]}
+        w.a_views = [
+            "/instances",
+            "/instances?all=true",
+            *(f"/instances/{i}{suffix}" for i in (rid, sid) for suffix in ("", "/events", "/logs")),
+            "/jobs",
+            *(f"/jobs/{jid}{suffix}" for suffix in ("", "/events", "/logs")),
+            "/balance",
+            "/ledger",
+            "/me",
+        ]
+        try:
+            yield w
+        finally:
+            for iid in (rid, sid):
+                a.delete(f"/instances/{iid}")
+            a.post(f"/jobs/{jid}/cancel")
+            # The run must be gone before the server is: a run outlives a stopped server by design.
+            wait_for(lambda: a.get(f"/jobs/{jid}").json()["status"] == "cancelled")
+            a.close()
+            b.close()
+    p.db.engine.dispose()
+
+
+def db_state(live: LiveServer) -> dict[str, Any]:
+    """The rows an intruder could change, without the loop's own bookkeeping (last seen alive)."""
+    with live.platform.db.read() as s:
+        return {
+            "instances": [
+                (i.id, i.user_id, i.status, i.status_reason, i.run_handle, i.current_allocation_id, i.exit_code)
+                for i in s.scalars(select(Instance).order_by(Instance.id))
+            ],
+            "allocations": [
+                (x.id, x.instance_id, x.started_at_ms, x.ended_at_ms, x.billed_until_ms, x.billed_minor, x.settled)
+                for x in s.scalars(select(Allocation).order_by(Allocation.id))
+            ],
+            "jobs": [
+                (j.id, j.status, j.status_reason, j.cancel_requested, j.current_instance_id, j.attempts)
+                for j in s.scalars(select(Job).order_by(Job.id))
+            ],
+            "gpus": [(g.id, g.allocation_id) for g in s.scalars(select(Gpu).order_by(Gpu.id))],
+            "users": [
+                (u.id, u.name, u.token_hash, u.suspended_reason, u.gpu_quota, u.credit_limit_minor)
+                for u in s.scalars(select(User).order_by(User.id))
+            ],
+            "accounts": [(x.id, x.balance_minor) for x in s.scalars(select(Account).order_by(Account.id))],
+            "transactions": len(s.scalars(select(LedgerTransaction.id)).all()),
+            "entries": len(s.scalars(select(LedgerEntry.id)).all()),
+        }
+
+
+def _by_id(body: Any) -> Any:
+    """A listing keyed by id: rows created in the same millisecond have no defined order
+    (``ORDER BY created_at_ms``), and the matrix checks content, not order."""
+    if isinstance(body, list) and body and all(isinstance(x, dict) and "id" in x for x in body):
+        return {x["id"]: x for x in body}
+    return body
+
+
+def snapshot(w: World) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for who, client in (("A", w.a), ("B", w.b)):
+        views = w.a_views if who == "A" else ["/instances?all=true", "/jobs", "/balance", "/ledger", "/me"]
+        for path in views:
+            r = client.get(path)
+            seen[f"{who} GET {path}"] = (r.status_code, _by_id(r.json()))
+    seen["database"] = db_state(w.live)
+    return seen
+
+
+def diff(before: dict[str, Any], after: dict[str, Any], where: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(before) | set(after), key=str):
+        old, new = before.get(k), after.get(k)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += diff(old, new, f"{where}{k} ")
+        else:
+            out.append(f"{where}{k}: {old!r} -> {new!r}")
+    return out
+
+
+def call(client: httpx.Client, route: RouteInfo, values: dict[str, str]) -> httpx.Response:
+    path = route.path.removeprefix("/api/v1")
+    for name in route.path_params:
+        path = re.sub(r"\{" + name + r"(:\w+)?\}", values[name], path)
+    params = {q: "1" for q in route.query_required}
+    body = minimal_body(route.body_model) if route.body_model is not None else None
+    return client.request(route.method, path, json=body, params=params)
+
+
+def _error(r: httpx.Response) -> dict[str, Any]:
+    body = r.json()
+    assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]), f"not our error body: {r.text}"
+    assert isinstance(body["error"]["code"], str) and body["error"]["message"], r.text
+    return dict(body["error"])
+
+
+def run_checked(
+    w: World,
+    calls: list[tuple[RouteInfo, dict[str, str]]],
+    expect: Callable[[RouteInfo, dict[str, str], httpx.Response], str | None],
+) -> None:
+    """Make each call as B; ``expect`` returns a problem or None. After each call A's world must be unchanged."""
+    problems: list[str] = []
+    before = snapshot(w)
+    for route, values in calls:
+        r = call(w.b, route, values)
+        problem = expect(route, values, r)
+        if problem:
+            problems.append(f"{route} with {values}: {problem}")
+        after = snapshot(w)
+        changed = diff(before, after)
+        if changed:
+            problems.append(f"{route} with {values} by tenant B changed tenant A's world: " + "; ".join(changed))
+            before = after
+    assert not problems, "\n".join(problems)
+
+
+def test_another_tenants_object_answers_404_and_changes_nothing(world: World) -> None:
+    routes = [r for r in route_table(world.app) if r.id_params and not r.admin_only]
+    assert routes, "no id-bearing route found: the route table reader is broken"
+    calls: list[tuple[RouteInfo, dict[str, str]]] = []
+    for route in routes:
+        missing = [p for p in route.id_params if p not in world.objects]
+        assert not missing, (
+            f"{route} has id parameter(s) {missing} with no fixture object: add tenant A's objects of "
+            "that kind to World.objects in the `world` fixture of tests/api/test_tenant_matrix.py"
+        )
+        other = [p for p in route.path_params if p not in route.id_params]
+        assert not other, f"{route}: path parameter(s) {other} are not ids; give the matrix a value for them"
+        for idx in range(max(len(world.objects[p]) for p in route.id_params)):
+            values = {p: world.objects[p][idx % len(world.objects[p])] for p in route.id_params}
+            calls.append((route, values))
+
+    def expect(route: RouteInfo, values: dict[str, str], r: httpx.Response) -> str | None:
+        if r.status_code != 404:
+            return f"answered {r.status_code} {r.text[:200]}, not 404"
+        err = _error(r)
+        if err["code"] == "not_found" and "no such endpoint" in err["message"]:
+            return "the route itself was not found: the matrix built a wrong path"
+        # The same answer as for an object that does not exist: nothing about A's object leaks.
+        fake = {p: ("j-" if p == "job_id" else "i-") + "0000000000" for p in values}
+        r2 = call(world.b, route, fake)
+        ghost = _error(r2) if r2.status_code == 404 else {"code": f"status {r2.status_code}", "message": ""}
+        masked = err["message"]
+        for p, v in values.items():
+            masked = masked.replace(v, fake[p])
+        if (r2.status_code, ghost["code"], ghost["message"]) != (404, err["code"], masked):
+            return f"answers {err} on A's object but {r2.status_code} {ghost} on a missing one"
+        return None
+
+    run_checked(world, calls, expect)
+    a_ids = {i for ids in world.objects.values() for i in ids}
+    for path in ("/instances?all=true", "/jobs", "/ledger?limit=1000", "/admin/sandboxes"):
+        text = world.b.get(path).text
+        assert not any(i in text for i in a_ids), f"tenant B's {path} shows tenant A's objects: {text[:300]}"
+    covered = {str(route) for route, _ in calls}
+    in_table = {
+        f"{r.method} {r.path}"
+        for r in route_table(world.app)
+        if ID_PARAM.search(r.path) and not r.path.startswith("/api/v1/admin/") and not r.admin_only
+    }
+    assert covered == in_table, f"id-bearing routes not covered: {sorted(in_table - covered)}"
+
+
+def test_operator_routes_answer_403_to_a_tenant_and_change_nothing(world: World) -> None:
+    table = route_table(world.app)
+    admin_routes = [r for r in table if r.admin_only]
+    under_admin = {str(r) for r in table if r.path.startswith("/api/v1/admin/")}
+    assert under_admin <= {str(r) for r in admin_routes}, (
+        f"routes under /admin that a non-admin may call: {sorted(under_admin - {str(r) for r in admin_routes})}"
+    )
+    # Path values aimed at A (the most damaging target) or at real host objects.
+    by_segment = {"users": world.a_name, "hosts": "local", "images": "host", "prices": "T4"}
+    calls: list[tuple[RouteInfo, dict[str, str]]] = []
+    for route in admin_routes:
+        values: dict[str, str] = {}
+        for name in route.path_params:
+            if name in world.objects:
+                values[name] = world.objects[name][0]
+                continue
+            segment = route.path.split("{" + name)[0].rstrip("/").rsplit("/", 1)[-1]
+            assert segment in by_segment, f"{route}: no value for path parameter {name!r}; add one to by_segment"
+            values[name] = by_segment[segment]
+        calls.append((route, values))
+
+    def expect(route: RouteInfo, values: dict[str, str], r: httpx.Response) -> str | None:
+        if r.status_code != 403:
+            return f"answered {r.status_code} {r.text[:200]}, not 403"
+        code = _error(r)["code"]
+        return None if code == "admin_only" else f"error code {code!r}, not 'admin_only'"
+
+    run_checked(world, calls, expect)
+    assert {str(r) for r, _ in calls} == {str(r) for r in admin_routes}

@@ -1,0 +1,730 @@
+#!/usr/bin/env python3
+"""The kill -9 drill: SIGKILL a real `danlu server` at random moments while renters work, restart it
+on the same data directory and database each time, then check what survived.
+
+    python tools/kill_drill.py --kills 20 --db URL --seed 1 [--json]
+
+With a seeded RNG it keeps renting, stopping, starting, destroying, submitting and cancelling jobs
+over HTTP; before each kill one request is in flight (or none: a kill during metering), and the kill
+comes a random moment after it was sent, so kills land mid-launch, mid-stop, mid-start, mid-meter.
+A sampler thread watches this deployment's processes the whole time (the ground truth of when each
+run really lived). After the last restart everything is stopped and the control loop settles; then
+the database is read directly and five checks are reported:
+
+  billing    each allocation is billed exactly its interval (billed_until == ended_at, cost ==
+             the rating of ended_at - started_at, usage records tile it); ``overlap``: no two
+             allocations of one instance overlap; ``process_end``: an allocation never ends later
+             than its process really ended (+ tolerance), and a command that never ran is not billed
+  stuck      no instance pending/stopping and no job unfinished after settle
+  untracked  every renter process (the drill's sandbox uid range, or a supervisor of this data
+             directory) belongs to an instance the database says has that process
+  gpus       no GPU is held (gpus.allocation_id) without an instance that is pending/running/stopping
+  ledger     every transaction sums to 0, every cached balance equals the sum of its entries, and
+             each user's usage debits equal their allocations' billed amounts
+
+Exit status 0 when every check has zero violations, 1 otherwise, 2 when the drill itself failed.
+Needs root and bubblewrap (renters run under their own uids), as `danlu server` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from danlu.billing.rating import billable_seconds, cumulative_cost
+from danlu.db.models import (
+    Account,
+    Allocation,
+    Gpu,
+    Instance,
+    InstanceEvent,
+    Job,
+    LedgerEntry,
+    LedgerTransaction,
+    UsageRecord,
+    User,
+)
+
+CHECKS = ("billing", "overlap", "process_end", "stuck", "untracked", "gpus", "ledger")
+HAS_PROCESS = {"pending", "running", "stopping"}
+JOB_DONE = {"succeeded", "failed", "cancelled"}
+PRICES = {"T4": ("36.00", 100), "A100-80GB": ("72.00", 200)}  # per GPU-hour; minor units = fen
+USERS = ("drill-ann", "drill-bob", "drill-cho")
+# What is in flight at kill k (when possible; else a random operation): every kind gets its kills.
+IN_FLIGHT_CYCLE = ("rent", "stop", "start", "submit", "idle", "rent", "destroy", "start", "cancel", "stop")
+
+
+# (supervisor pid -> (instance id, start ms), pid -> ppid, renter pid -> (uid, name))
+Procs = tuple[dict[int, tuple[str, int]], dict[int, int], dict[int, tuple[int, str]]]
+
+
+# -- ground truth: a sampler of this deployment's processes -------------------------------------
+@dataclass
+class RunSeen:
+    """One supervisor process (pid, start time) of one instance, as the sampler saw it."""
+
+    instance_id: str
+    pid: int
+    create_time_ms: int  # psutil's (from the boot time: identity only, it may be off the wall clock)
+    first_seen_ms: int
+    last_seen_ms: int
+    command_first_ms: int | None = None  # when the renter's command (a `sleep`) was first seen
+    command_last_ms: int | None = None
+
+
+class Sampler(threading.Thread):
+    def __init__(self, runs_dir: Path, uid_lo: int, uid_hi: int, period_s: float) -> None:
+        super().__init__(name="drill-sampler", daemon=True)
+        self.runs_prefix = str(runs_dir) + "/"
+        self.uid_lo, self.uid_hi = uid_lo, uid_hi
+        self.period_s = period_s
+        self.runs: dict[tuple[int, int], RunSeen] = {}
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.passes = 0
+        self.max_pass_ms = 0.0
+
+    def scan(self) -> Procs:
+        """This deployment's supervisors, every process's parent, and the renters' processes."""
+        sups: dict[int, tuple[str, int]] = {}
+        parents: dict[int, int] = {}
+        renters: dict[int, tuple[int, str]] = {}
+        for proc in psutil.process_iter(["pid", "ppid", "uids", "name", "cmdline", "create_time", "status"]):
+            info = proc.info
+            if info.get("status") == psutil.STATUS_ZOMBIE:
+                continue
+            pid = int(info["pid"])
+            parents[pid] = int(info.get("ppid") or 0)
+            cmd = info.get("cmdline") or []
+            if len(cmd) > 4 and cmd[3] == "danlu-run" and cmd[4].startswith(self.runs_prefix):
+                run_id = cmd[4].rsplit("/", 1)[-1].removesuffix(".exit")  # the instance's id
+                sups[pid] = (run_id, int((info.get("create_time") or 0) * 1000))
+            uids = info.get("uids")
+            if uids is not None and self.uid_lo <= uids.real <= self.uid_hi:
+                renters[pid] = (uids.real, str(info.get("name") or ""))
+        return sups, parents, renters
+
+    @staticmethod
+    def supervisor_of(pid: int, sups: dict[int, Any], parents: dict[int, int]) -> int | None:
+        seen = 0
+        while pid and seen < 64:
+            if pid in sups:
+                return pid
+            pid = parents.get(pid, 0)
+            seen += 1
+        return None
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            t0 = time.monotonic()
+            try:
+                sups, parents, renters = self.scan()
+            except Exception:  # a process vanished mid-scan in a way psutil did not absorb
+                continue
+            now = int(time.time() * 1000)
+            with self.lock:
+                for pid, (iid, started) in sups.items():
+                    seen = self.runs.setdefault((pid, started), RunSeen(iid, pid, started, now, now))
+                    seen.last_seen_ms = now
+                for pid, (_uid, name) in renters.items():
+                    if name != "sleep":
+                        continue
+                    sup = self.supervisor_of(pid, sups, parents)
+                    if sup is not None:
+                        seen = self.runs[(sup, sups[sup][1])]
+                        seen.command_first_ms = seen.command_first_ms or now
+                        seen.command_last_ms = now
+                self.passes += 1
+            elapsed = time.monotonic() - t0
+            self.max_pass_ms = max(self.max_pass_ms, elapsed * 1000)
+            self.stop_event.wait(max(0.0, self.period_s - elapsed))
+
+
+# -- the server under test -----------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, db: str, data: Path, port: int, uids: str, log: Path, tick: float) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "danlu.cli.main",
+            "server",
+            "--db",
+            db,
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data),
+            "--simulate-gpus",
+            "A100-80GB:2,T4:4",
+            "--network",
+            "none",
+            "--stop-grace",
+            "1",
+            "--tick",
+            str(tick),
+            "--meter-interval",
+            "1",
+            "--sandbox-uids",
+            uids,
+        ]
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts: list[float] = []
+
+    def start(self, timeout: float = 60.0) -> float:
+        t0 = time.monotonic()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        while True:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the server exited with {self.proc.returncode} (start {len(self.starts) + 1}){self.tail()}"
+                )
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"the server did not answer /healthz within {timeout:.0f} s{self.tail()}")
+            time.sleep(0.03)
+        took = time.monotonic() - t0
+        self.starts.append(took)
+        return took
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log.read_text(errors="replace").splitlines()[-lines:]
+        return f"; {self.log} ends:\n" + "\n".join(text)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)  # the server process only: its runs outlive it
+        self.proc.wait()
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+# -- the renters -----------------------------------------------------------------------------------
+@dataclass
+class Drill:
+    server: Server
+    rng: random.Random
+    tokens: dict[str, str] = field(default_factory=dict)
+    instances: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (user, status)
+    jobs: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (user, status)
+    ops: Counter[str] = field(default_factory=Counter)
+    in_flight: Counter[str] = field(default_factory=Counter)
+    answers: Counter[str] = field(default_factory=Counter)
+    server_errors: list[str] = field(default_factory=list)
+
+    def client(self, user: str | None = None, timeout: float = 15.0) -> httpx.Client:
+        token = self.tokens[user] if user else self.tokens["admin"]
+        return httpx.Client(
+            base_url=self.server.url + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+        )
+
+    def request(self, user: str | None, method: str, path: str, **kw: Any) -> httpx.Response | None:
+        try:
+            with self.client(user) as c:
+                r = c.request(method, path, **kw)
+        except httpx.HTTPError:
+            self.answers["no answer"] += 1
+            return None
+        self.answers[str(r.status_code)] += 1
+        if r.status_code >= 500:
+            self.server_errors.append(f"{method} {path}: {r.status_code} {r.text[:300]}")
+        return r
+
+    def setup(self, data: Path) -> None:
+        self.tokens["admin"] = (data / "admin-token").read_text().strip()
+        for model, (price, _) in PRICES.items():
+            r = self.request(None, "PUT", f"/admin/prices/{model}", json={"price_per_hour": price})
+            assert r is not None and r.status_code == 200, r and r.text
+        for name in USERS:
+            r = self.request(None, "POST", "/admin/users", json={"name": name})
+            assert r is not None and r.status_code == 201, r and r.text
+            self.tokens[name] = r.json()["token"]
+            r = self.request(None, "POST", f"/admin/users/{name}/topup", json={"amount": "10000.00"})
+            assert r is not None and r.status_code == 200, r and r.text
+
+    def refresh(self) -> None:
+        """What the platform says each user has (responses lost to a kill are learnt here)."""
+        for name in USERS:
+            r = self.request(name, "GET", "/instances", params={"all": "true"})
+            if r is not None and r.status_code == 200:
+                for v in r.json():
+                    self.instances[v["id"]] = (name, v["status"])
+            r = self.request(name, "GET", "/jobs")
+            if r is not None and r.status_code == 200:
+                for v in r.json():
+                    self.jobs[v["id"]] = (name, v["status"])
+
+    def choose(self, allow_idle: bool, prefer: str | None = None) -> tuple[str, Any]:
+        live = {i: v for i, v in self.instances.items() if v[1] != "destroyed"}
+        running = [i for i, v in live.items() if v[1] == "running"]
+        startable = [i for i, v in live.items() if v[1] in ("stopped", "exited", "lost", "failed")]
+        open_jobs = [j for j, v in self.jobs.items() if v[1] not in JOB_DONE]
+        active = sum(1 for v in live.values() if v[1] in HAS_PROCESS)
+        options: list[tuple[str, Any, int]] = [
+            ("rent", self.rng.choice(USERS), 4 if active < 4 else 0),
+            ("stop", running and self.rng.choice(running), 4 if running else 0),
+            ("start", startable and self.rng.choice(startable), 4 if startable else 0),
+            ("destroy", live and self.rng.choice(sorted(live)), 1 if len(live) > 2 else 0),
+            ("submit", self.rng.choice(USERS), 2 if len(open_jobs) < 2 else 0),
+            ("cancel", open_jobs and self.rng.choice(open_jobs), 1 if open_jobs else 0),
+            ("idle", None, 2 if allow_idle else 0),
+        ]
+        for kind, arg, weight in options:
+            if kind == prefer and weight:
+                return kind, arg
+        weights = [w for *_, w in options]
+        kind, arg, _ = self.rng.choices(options, weights=weights)[0]
+        return kind, arg
+
+    def do(self, kind: str, arg: Any) -> None:
+        self.ops[kind] += 1
+        if kind == "rent":
+            model = self.rng.choice(sorted(PRICES))
+            long_run = self.rng.random() < 0.6
+            cmd = ["sh", "-c", "exec sleep 600" if long_run else f"sleep {self.rng.randint(1, 3)}; exit 3"]
+            r = self.request(arg, "POST", "/instances", json={"gpu_model": model, "command": cmd})
+            if r is not None and r.status_code == 201:
+                self.instances[r.json()["id"]] = (arg, r.json()["status"])
+        elif kind in ("stop", "start", "destroy"):
+            user = self.instances[arg][0]
+            if kind == "destroy":
+                r = self.request(user, "DELETE", f"/instances/{arg}")
+                if r is not None and r.status_code == 204:
+                    self.instances[arg] = (user, "destroyed")
+            else:
+                r = self.request(user, "POST", f"/instances/{arg}/{kind}")
+                if r is not None and r.status_code == 200:
+                    self.instances[arg] = (user, r.json()["status"])
+        elif kind == "submit":
+            cmd = ["sh", "-c", f"sleep {self.rng.randint(1, 2)}"]
+            r = self.request(arg, "POST", "/jobs", json={"command": cmd, "gpus": 1})
+            if r is not None and r.status_code == 201:
+                self.jobs[r.json()["id"]] = (arg, r.json()["status"])
+        elif kind == "cancel":
+            user = self.jobs[arg][0]
+            r = self.request(user, "POST", f"/jobs/{arg}/cancel")
+            if r is not None and r.status_code == 200:
+                self.jobs[arg] = (user, r.json()["status"])
+
+    def settle(self, timeout_s: float) -> float:
+        """Stop everything, cancel every job, and wait until the loop has finished with them."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            self.instances.clear()
+            self.jobs.clear()
+            self.refresh()
+            busy = False
+            for iid, (user, status) in self.instances.items():
+                if status == "running":
+                    self.request(user, "POST", f"/instances/{iid}/stop")
+                busy |= status in HAS_PROCESS
+            for jid, (user, status) in self.jobs.items():
+                if status not in JOB_DONE:
+                    self.request(user, "POST", f"/jobs/{jid}/cancel")
+                    busy = True
+            if not busy:
+                break
+            time.sleep(0.3)
+        time.sleep(1.5)  # the loop's last reconcile, meter and GPU release
+        return time.monotonic() - t0
+
+
+# -- the checks --------------------------------------------------------------------------------------
+@dataclass
+class Rows:
+    """Everything the checks read, in one read of the database."""
+
+    instances: dict[str, Instance]
+    allocations: list[Allocation]  # by instance, then start
+    usage: dict[int, list[UsageRecord]]
+    jobs: list[Job]
+    gpus_held: list[Gpu]
+    accounts: list[Account]
+    transactions: list[LedgerTransaction]
+    entries: list[LedgerEntry]
+    users: list[User]
+    events: dict[str, list[InstanceEvent]]
+
+
+def read_rows(s: Session) -> Rows:
+    usage: dict[int, list[UsageRecord]] = defaultdict(list)
+    for u in s.scalars(select(UsageRecord).order_by(UsageRecord.start_ms)):
+        usage[u.allocation_id].append(u)
+    events: dict[str, list[InstanceEvent]] = defaultdict(list)
+    for ev in s.scalars(select(InstanceEvent).order_by(InstanceEvent.id)):
+        events[ev.instance_id].append(ev)
+    return Rows(
+        instances={i.id: i for i in s.scalars(select(Instance))},
+        allocations=list(s.scalars(select(Allocation).order_by(Allocation.instance_id, Allocation.started_at_ms))),
+        usage=usage,
+        jobs=list(s.scalars(select(Job))),
+        gpus_held=list(s.scalars(select(Gpu).where(Gpu.allocation_id.is_not(None)))),
+        accounts=list(s.scalars(select(Account))),
+        transactions=list(s.scalars(select(LedgerTransaction))),
+        entries=list(s.scalars(select(LedgerEntry))),
+        users=list(s.scalars(select(User).where(User.is_admin.is_(False)))),
+        events=events,
+    )
+
+
+def check_billing(rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, list[str]]) -> tuple[int, int]:
+    """(a): billing, overlap and process_end. Returns (billed seconds, ground-truth seconds)."""
+    runs_of: dict[str, list[RunSeen]] = defaultdict(list)
+    for run in runs:
+        runs_of[run.instance_id].append(run)
+    billed_s = truth_s = 0
+    for a in rows.allocations:
+        tag = f"allocation {a.id} of {a.instance_id}"
+        inst = rows.instances[a.instance_id]
+        if a.ended_at_ms is None:
+            v["billing"].append(f"{tag}: still open after settle (instance {inst.status})")
+            continue
+        secs = billable_seconds(a.started_at_ms, a.ended_at_ms)
+        truth_s += secs
+        billed_s += billable_seconds(a.started_at_ms, min(a.billed_until_ms, a.ended_at_ms))
+        want = cumulative_cost(a.price_per_hour_minor, a.gpu_count, secs)
+        if a.billed_until_ms != a.ended_at_ms:
+            v["billing"].append(f"{tag}: billed until {a.billed_until_ms}, ended at {a.ended_at_ms}")
+        if a.billed_minor != want:
+            v["billing"].append(f"{tag}: billed {a.billed_minor} minor units for {secs} s, rating says {want}")
+        recs = rows.usage.get(a.id, [])
+        if sum(r.amount_minor for r in recs) != a.billed_minor:
+            v["billing"].append(f"{tag}: usage records sum to {sum(r.amount_minor for r in recs)}")
+        edges = [a.started_at_ms] + [r.end_ms for r in recs]
+        if recs and ([r.start_ms for r in recs] != edges[:-1] or edges[-1] != a.billed_until_ms):
+            v["billing"].append(f"{tag}: usage records do not tile [{a.started_at_ms}, {a.billed_until_ms}]")
+        # This allocation's processes: supervisors first seen within its interval.
+        mine = [
+            r for r in runs_of[a.instance_id] if a.started_at_ms - tol_ms <= r.first_seen_ms <= a.ended_at_ms + tol_ms
+        ]
+        if mine:
+            end = max(r.last_seen_ms for r in mine)
+            if a.ended_at_ms > end + tol_ms:
+                v["process_end"].append(
+                    f"{tag}: ends at {a.ended_at_ms}, {a.ended_at_ms - end} ms after its process was last seen"
+                )
+        if secs > 0 and not any(r.command_first_ms is not None for r in mine):
+            v["process_end"].append(
+                f"{tag}: billed {secs} s but its command never ran (supervisor {'seen' if mine else 'never seen'}; "
+                f"instance {inst.status}: {inst.status_reason!r})"
+            )
+    by_inst: dict[str, list[Allocation]] = defaultdict(list)
+    for a in rows.allocations:
+        by_inst[a.instance_id].append(a)
+    for iid, lst in by_inst.items():
+        for x, y in itertools.pairwise(lst):
+            if x.ended_at_ms is None or x.ended_at_ms > y.started_at_ms:
+                by = "an open interval" if x.ended_at_ms is None else f"{x.ended_at_ms - y.started_at_ms} ms"
+                v["overlap"].append(f"{iid}: allocations {x.id} and {y.id} overlap by {by}")
+    return billed_s, truth_s
+
+
+def check_stuck(rows: Rows, v: dict[str, list[str]]) -> None:
+    """(b)"""
+    for i in rows.instances.values():
+        if i.status in ("pending", "stopping"):
+            v["stuck"].append(f"instance {i.id} is {i.status} after settle ({i.status_reason!r})")
+    for j in rows.jobs:
+        if j.status not in JOB_DONE:
+            v["stuck"].append(f"job {j.id} is {j.status} after settle and cancel ({j.status_reason!r})")
+
+
+def check_untracked(rows: Rows, procs: Procs, v: dict[str, list[str]]) -> None:
+    """(c): every supervisor is the recorded process of an instance that has one; every renter
+    process descends from a supervisor."""
+    sups, parents, renters = procs
+    tracked: set[int] = set()
+    for i in rows.instances.values():
+        if i.status in HAS_PROCESS and i.run_handle:
+            tracked.add(int(json.loads(i.run_handle).get("pid", -1)))
+    for pid, (iid, _) in sups.items():
+        if pid not in tracked:
+            known = rows.instances.get(iid)
+            v["untracked"].append(
+                f"supervisor {pid} of {iid} runs; the instance is {known.status if known else 'unknown'}"
+            )
+    for pid, (uid, name) in renters.items():
+        if Sampler.supervisor_of(pid, sups, parents) is None:
+            v["untracked"].append(
+                f"renter process {pid} ({name}, uid {uid}) runs with no supervisor{orphan(pid, rows)}"
+            )
+
+
+def orphan(pid: int, rows: Rows) -> str:
+    """What an orphaned renter process was: its command, age, and the run (from its log file)."""
+    try:
+        proc = psutil.Process(pid)
+        info = f": {' '.join(proc.cmdline())[:120]!r}, ppid {proc.ppid()}, pgid {os.getpgid(pid)}, "
+        info += f"up {time.time() - proc.create_time():.0f} s"
+        log = os.readlink(f"/proc/{pid}/fd/1")
+    except (psutil.Error, OSError):
+        return ""
+    key = log.rsplit("/runs/", 1)[-1].split("/", 1)[0]
+    for inst in rows.instances.values():
+        if inst.id == key or inst.job_id == key:
+            history = " -> ".join(f"{e.to_status}@{e.at_ms % 100_000}" for e in rows.events.get(inst.id, []))
+            info += f"; run of {inst.id} ({inst.status}: {history})"
+    return info
+
+
+def check_gpus(rows: Rows, v: dict[str, list[str]]) -> None:
+    """(d)"""
+    by_id = {a.id: a for a in rows.allocations}
+    for g in rows.gpus_held:
+        alloc = by_id.get(int(g.allocation_id or 0))
+        owner = rows.instances.get(alloc.instance_id) if alloc is not None else None
+        if owner is None or owner.status not in HAS_PROCESS:
+            held_by = (
+                "no such allocation" if alloc is None else f"instance {alloc.instance_id} {owner and owner.status}"
+            )
+            v["gpus"].append(f"GPU {g.idx} held by allocation {g.allocation_id} ({held_by})")
+
+
+def check_ledger(rows: Rows, v: dict[str, list[str]]) -> None:
+    """(e)"""
+    per_tx: dict[int, int] = defaultdict(int)
+    per_account: dict[int, int] = defaultdict(int)
+    for e in rows.entries:
+        per_tx[e.transaction_id] += e.amount_minor
+        per_account[e.account_id] += e.amount_minor
+    for tx in rows.transactions:
+        if per_tx.get(tx.id, 0) != 0:
+            v["ledger"].append(f"transaction {tx.id} ({tx.kind}) sums to {per_tx[tx.id]}")
+    for acc in rows.accounts:
+        if acc.balance_minor != per_account.get(acc.id, 0):
+            v["ledger"].append(
+                f"account {acc.id} ({acc.kind}) caches {acc.balance_minor}, "
+                f"its entries sum to {per_account.get(acc.id, 0)}"
+            )
+    usage_tx = {tx.id for tx in rows.transactions if tx.kind == "usage"}
+    owner_of = {acc.id: acc.user_id for acc in rows.accounts if acc.kind == "user"}
+    debited: dict[int, int] = defaultdict(int)
+    for e in rows.entries:
+        if e.transaction_id in usage_tx and e.account_id in owner_of:
+            debited[int(owner_of[e.account_id] or 0)] -= e.amount_minor
+    billed: dict[int, int] = defaultdict(int)
+    for a in rows.allocations:
+        billed[a.user_id] += a.billed_minor
+    for user in rows.users:
+        if debited.get(user.id, 0) != billed.get(user.id, 0):
+            v["ledger"].append(
+                f"user {user.name}: usage debits {debited.get(user.id, 0)}, allocations billed {billed.get(user.id, 0)}"
+            )
+
+
+def check(db_url: str, runs: list[RunSeen], procs: Procs, tol_ms: int) -> dict[str, Any]:
+    v: dict[str, list[str]] = {c: [] for c in CHECKS}
+    engine = create_engine(db_url)
+    try:
+        with Session(engine) as s:
+            rows = read_rows(s)
+    finally:
+        engine.dispose()
+    billed_s, truth_s = check_billing(rows, runs, tol_ms, v)
+    check_stuck(rows, v)
+    check_untracked(rows, procs, v)
+    check_gpus(rows, v)
+    check_ledger(rows, v)
+    stats = {
+        "instances": len(rows.instances),
+        "instance_statuses": dict(sorted(Counter(i.status for i in rows.instances.values()).items())),
+        "allocations": len(rows.allocations),
+        "jobs": len(rows.jobs),
+        "billed_seconds": billed_s,
+        "ground_truth_seconds": truth_s,
+        "runs_seen": len(runs),
+        "runs_whose_command_ran": sum(1 for r in runs if r.command_first_ms is not None),
+        "ledger_transactions": len(rows.transactions),
+    }
+    return {"violations": v, "stats": stats}
+
+
+# -- main ----------------------------------------------------------------------------------------------
+def run_drill(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="danlu-kill-drill-"))
+    os.chmod(work, 0o711)  # renters' uids must traverse to their workspaces (see sandbox_dir_for)
+    data = work / "data"
+    db = args.db or f"sqlite:///{data / 'danlu.db'}"
+    uid_lo = 3_000_000 + (os.getpid() % 5000) * 100  # apart from other servers' renters on this host
+    uid_hi = uid_lo + 99
+    server = Server(db, data, free_port(), f"{uid_lo}-{uid_hi}", work / "server.log", args.tick)
+    sampler = Sampler(data / "runs", uid_lo, uid_hi, args.sample)
+    rng = random.Random(args.seed)
+    drill = Drill(server, rng)
+    kills: list[dict[str, Any]] = []
+    report: dict[str, Any] = {"seed": args.seed, "kills": args.kills, "db": db.split(":", 1)[0], "work_dir": str(work)}
+    try:
+        server.start()
+        sampler.start()
+        drill.setup(data)
+        for k in range(args.kills):
+            for _ in range(rng.randint(0, args.ops)):
+                kind, arg = drill.choose(allow_idle=False)
+                drill.do(kind, arg)
+            kind, arg = drill.choose(allow_idle=True, prefer=IN_FLIGHT_CYCLE[k % len(IN_FLIGHT_CYCLE)])
+            delay = rng.uniform(0.0, args.max_delay)
+            thread = None
+            if kind != "idle":
+                drill.in_flight[kind] += 1
+                thread = threading.Thread(target=drill.do, args=(kind, arg), daemon=True)
+                thread.start()
+            time.sleep(delay)
+            killed_at = int(time.time() * 1000)
+            server.kill9()
+            if thread is not None:
+                thread.join(timeout=20)
+            took = server.start()
+            kills.append(
+                {
+                    "n": k + 1,
+                    "in_flight": kind,
+                    "delay_ms": round(delay * 1000),
+                    "restart_s": round(took, 2),
+                    "killed_at_ms": killed_at % 100_000,
+                }
+            )
+            drill.refresh()
+        settle_s = drill.settle(args.settle)
+        with sampler.lock:
+            runs = list(sampler.runs.values())
+        procs = sampler.scan()
+        result = check(db, runs, procs, args.tolerance_ms)
+    except BaseException:
+        args.keep = True  # the server's log says why
+        raise
+    finally:
+        sampler.stop_event.set()
+        cleanup(drill, server, sampler)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    report.update(result)
+    report.update(
+        counts={c: len(result["violations"][c]) for c in CHECKS},
+        ops=dict(sorted(drill.ops.items())),
+        in_flight_at_kill=dict(sorted(Counter(k["in_flight"] for k in kills).items())),
+        answers=dict(sorted(drill.answers.items())),
+        server_errors=drill.server_errors,
+        restart_s={"mean": round(sum(server.starts) / len(server.starts), 2), "max": round(max(server.starts), 2)},
+        settle_s=round(settle_s, 1),
+        sampler={"passes": sampler.passes, "max_pass_ms": round(sampler.max_pass_ms, 1), "period_s": args.sample},
+        tolerance_ms=args.tolerance_ms,
+        wall_s=round(time.monotonic() - t_start, 1),
+        kill_log=kills,
+    )
+    return report
+
+
+def cleanup(drill: Drill, server: Server, sampler: Sampler) -> None:
+    """Remove every instance through the API, stop the server, and end any process it left."""
+    try:
+        if server.proc is not None and server.proc.poll() is None:
+            drill.refresh()
+            for iid, (user, status) in list(drill.instances.items()):
+                if status != "destroyed":
+                    drill.request(user, "DELETE", f"/instances/{iid}")
+    finally:
+        server.terminate()
+        try:
+            sups, _parents, renters = sampler.scan()
+        except Exception:
+            sups, renters = {}, {}
+        for pid in sups:  # supervisors of this drill's data directory only (checked by their cmdline)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in renters:  # what they left: processes in this drill's own sandbox uid range
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        f"kill -9 drill: {report['kills']} kills, seed {report['seed']}, {report['db']}, {report['wall_s']} s "
+        f"(restart mean {report['restart_s']['mean']} s, max {report['restart_s']['max']} s; "
+        f"settle {report['settle_s']} s)",
+        f"ops: {report['ops']}",
+        f"in flight at a kill: {report['in_flight_at_kill']}",
+        f"answers: {report['answers']}",
+        f"stats: {report['stats']}",
+        "",
+        f"{'check':<12} {'violations':>10}",
+    ]
+    for c in CHECKS:
+        lines.append(f"{c:<12} {report['counts'][c]:>10}")
+        for item in report["violations"][c][:10]:
+            lines.append(f"    {item}")
+        if len(report["violations"][c]) > 10:
+            lines.append(f"    … {len(report['violations'][c]) - 10} more")
+    if report["server_errors"]:
+        lines.append(f"5xx answers: {len(report['server_errors'])}")
+        lines += [f"    {e}" for e in report["server_errors"][:5]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--kills", type=int, default=20, help="how many times the server is SIGKILLed (default 20)")
+    ap.add_argument("--db", default="", help="SQLAlchemy URL (default: SQLite in a fresh data directory)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the operations and kill moments")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--ops", type=int, default=3, help="most operations between two kills (default 3)")
+    ap.add_argument("--max-delay", type=float, default=0.4, help="longest wait (s) from a request to the kill")
+    ap.add_argument("--settle", type=float, default=20.0, help="longest wait (s) for everything to stop at the end")
+    ap.add_argument("--tick", type=float, default=0.2, help="the server's --tick (s)")
+    ap.add_argument("--sample", type=float, default=0.05, help="how often (s) the process sampler looks")
+    ap.add_argument("--tolerance-ms", type=int, default=600, help="slack for 'ended after its process' (ms)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (data, server log)")
+    args = ap.parse_args(argv)
+    try:
+        report = run_drill(args)
+    except Exception as exc:  # the drill itself broke (the server would not start, …)
+        print(f"kill drill failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else table(report))
+    return 0 if not any(report["counts"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
