@@ -50,6 +50,9 @@ class Platform:
     # Asks the control loop for a tick now (set by ControlLoop; a no-op without one): after a stop,
     # so the GPUs are freed as soon as the process has ended, not at the next regular tick.
     wake_loop: Callable[[], None] = field(default=lambda: None, repr=False)
+    # Instances this process has committed as pending and is launching (danlu.compute.instances
+    # .begin_launch): the control loop must not judge them abandoned before the backend knows them.
+    launches: set[str] = field(default_factory=set, repr=False)
 
     @property
     def sandbox_root(self) -> Path:

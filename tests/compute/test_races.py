@@ -172,6 +172,7 @@ def test_cancel_of_a_job_whose_launch_was_orphaned_stops_it_once_running(p: Plat
     def launch_then_cancel_elsewhere(spec: RunSpec) -> str:
         handle = original(spec)
         executor.launching_now.discard(spec.run_id)  # as if another server were launching it
+        p.launches.discard(spec.run_id)
         assert jobs.cancel(p, user, job.id).status == "running"
         return handle
 
@@ -258,3 +259,21 @@ def test_a_start_reads_the_clock_under_the_lock_so_runs_never_overlap(
         spans = [(a.started_at_ms, a.ended_at_ms) for a in runs]
     assert len(spans) == 2
     assert spans[1][0] >= spans[0][1], f"intervals overlap: {spans}"
+
+
+def test_a_reconcile_pass_between_commit_and_launch_does_not_fail_the_rental(p: Platform) -> None:
+    """Found by the throughput benchmark: the loop ran after `rent` committed the pending row but
+    before the backend knew of the launch, judged it abandoned by a dead server and failed it."""
+    user = renter(p)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    original = executor.launch
+
+    def loop_runs_first(spec: RunSpec) -> str:
+        reconcile(p)  # the control loop's tick lands here
+        return original(spec)
+
+    executor.launch = loop_runs_first  # type: ignore[method-assign]
+    view = instances.rent(p, user, "T4", 1, ["sleep", "1000"])
+    assert view.status == "running", view.status_reason
+    assert executor.last() in executor.started

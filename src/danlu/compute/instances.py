@@ -161,7 +161,24 @@ def rental_plan(inst: Instance) -> str:
     return "interruptible" if inst.interruptible else "on-demand"
 
 
+def begin_launch(p: Platform, instance_id: str) -> None:
+    """Inside the transaction that commits ``instance_id`` as pending: from now until its launch
+    has recorded a handle (or given up), the control loop knows this process is launching it."""
+    p.launches.add(instance_id)
+
+
+def is_launching(p: Platform, instance_id: str) -> bool:
+    return instance_id in p.launches or p.backend.launching(instance_id)
+
+
 def launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
+    try:
+        _launch(p, instance_id, spec)
+    finally:
+        p.launches.discard(instance_id)
+
+
+def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
     """The two-phase launch of danlu.compute.runs' docstring, outside any transaction but the
     recording one: prepare (command held back) → record the handle under the row lock, or decide
     to kill it → after commit, let the command go. A launch that fails is ``failed``, not billed."""
@@ -260,6 +277,7 @@ def rent(
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
         spec = build_spec(p, s, inst, alloc, log_key=instance_id)
+        begin_launch(p, instance_id)
     launch(p, instance_id, spec)
     return show(p, user, instance_id)
 
@@ -277,6 +295,7 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
         inst.run_handle = None
         transition(s, inst, Status.PENDING, "start requested", now, "start")
         spec = build_spec(p, s, inst, alloc, log_key=instance_id)
+        begin_launch(p, instance_id)
     launch(p, instance_id, spec)
     return show(p, user, instance_id)
 
@@ -344,7 +363,7 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
         handle = inst.run_handle if Status(inst.status) in HAS_PROCESS else None
         # Pending without a handle: a launch this process is running kills its prepared run when it
         # sees the instance destroyed; one left by a dead server is discarded here.
-        orphaned = inst.status == Status.PENDING and handle is None and not p.backend.launching(instance_id)
+        orphaned = inst.status == Status.PENDING and handle is None and not is_launching(p, instance_id)
         transition(s, inst, Status.DESTROYED, reason, p.clock.now_ms(), "destroy")
     if handle is not None:
         p.backend.kill(handle)

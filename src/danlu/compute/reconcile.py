@@ -30,7 +30,7 @@ from sqlalchemy import select, update
 
 from danlu.billing.metering import exhaustion_ms, meter_user, open_allocations_by_user
 from danlu.compute.backends.base import RunState
-from danlu.compute.instances import request_stop, terminate_runs, transition
+from danlu.compute.instances import is_launching, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -63,7 +63,7 @@ def reconcile(p: Platform) -> TickReport:
     ended: list[tuple[str, str | None, RunState]] = []
     for inst_id, status, handle, kill_after in rows:
         if handle is None:
-            if status == Status.PENDING and not p.backend.launching(inst_id):
+            if status == Status.PENDING and not is_launching(p, inst_id):
                 ended.append((inst_id, None, RunState("never_started", reason="the server stopped while starting it")))
             continue
         state = states[handle]
@@ -107,7 +107,7 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
         ).first()
         if inst is None or Status(inst.status) not in HAS_PROCESS or inst.run_handle != handle:
             return None  # changed since it was judged (e.g. started again): the verdict is stale
-        if handle is None and (inst.status != Status.PENDING or p.backend.launching(inst_id)):
+        if handle is None and (inst.status != Status.PENDING or is_launching(p, inst_id)):
             return None
         if state.kind == "exited":
             inst.exit_code = state.code

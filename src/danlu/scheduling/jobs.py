@@ -26,7 +26,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import images
 from danlu.compute.allocations import capacity
 from danlu.compute.envvars import validate_env
-from danlu.compute.instances import check_command_args, request_stop, terminate_runs
+from danlu.compute.instances import check_command_args, is_launching, request_stop, terminate_runs
 from danlu.compute.instances import transition as transition_instance
 from danlu.compute.lifecycle import HAS_PROCESS
 from danlu.compute.lifecycle import Status as InstanceStatus
@@ -251,7 +251,7 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
             inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
             if inst is not None and inst.status == InstanceStatus.RUNNING:
                 handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
-            elif inst is not None and inst.status == InstanceStatus.PENDING and p.backend.launching(inst.id):
+            elif inst is not None and inst.status == InstanceStatus.PENDING and is_launching(p, inst.id):
                 # Its launch (in this process) sees the instance stopped and kills the prepared run.
                 transition_instance(s, inst, InstanceStatus.STOPPED, "job cancelled by user", now, "stop")
             # Any other run still starting is stopped once it runs (settle_runs).

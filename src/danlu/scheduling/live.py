@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
-from danlu.compute.instances import begin_notice, launch, open_allocation, terminate_runs
+from danlu.compute.instances import begin_launch, begin_notice, launch, open_allocation, terminate_runs
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
 from danlu.compute.runs import build_spec
@@ -272,6 +272,7 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
         extra = {"DANLU_JOB_ID": job.id, "DANLU_ATTEMPT": str(job.attempts)}
         spec = build_spec(p, s, inst, alloc, log_key=job.id, checkpoints=jdir / "checkpoints", extra_env=extra)
         instance_id = inst.id
+        begin_launch(p, instance_id)
     launch(p, instance_id, spec)
     return instance_id
 
