@@ -329,3 +329,19 @@ def test_a_folder_others_can_change_is_refused(platform: Platform, tmp_path: Pat
     os.chown(inner, 0, 0)
     os.chmod(inner, 0o777)
     assert code_of(lambda: images.register(platform, "theirs", str(src))) == "invalid_image_source"
+
+
+def test_names_ending_in_a_newline_and_overlong_paths_are_refused_by_the_services(platform: Platform) -> None:
+    """The API refuses them first; the services must too (re.match with $ took a final newline)."""
+    from danlu.compute.envvars import validate_env
+    from danlu.core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as exc:
+        images.register(platform, "base\n", "/", "")
+    assert exc.value.code == "invalid_image_name"
+    with pytest.raises(InvalidInput) as exc:
+        images.register(platform, "base", "/" + "x" * 300 + "/rootfs", "")
+    assert exc.value.code == "invalid_image_source"
+    with pytest.raises(InvalidInput) as exc:
+        validate_env({"FOO\n": "1"})
+    assert exc.value.code == "invalid_env"

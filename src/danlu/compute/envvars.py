@@ -25,7 +25,7 @@ def validate_env(env: object) -> dict[str, str]:
         raise InvalidInput("invalid_env", f"at most {MAX_VARS} environment variables")
     size = 0
     for key, value in env.items():
-        if not isinstance(key, str) or not NAME.match(key):
+        if not isinstance(key, str) or not NAME.fullmatch(key):
             raise InvalidInput(
                 "invalid_env", f"{str(key)[:40]!r} is not a variable name (letters, digits, '_', not first a digit)"
             )

@@ -76,12 +76,16 @@ def resolve(session: Session, name: str) -> ImageRoot:
 
 def register(p: Platform, name: str, source: str, description: str = "") -> ImageView:
     """Import a root filesystem from a folder or a tarball on the server's host."""
-    if not NAME_RE.match(name or ""):
+    if not NAME_RE.fullmatch(name or ""):  # match() would take a final newline
         raise InvalidInput("invalid_image_name", "image names are 1-64 characters: a-z, 0-9, '.', '_', '-'")
     if len(description) > 500:
         raise InvalidInput("invalid_description", "an image description is at most 500 characters")
     src = Path(source)
-    if "\x00" in source or not src.is_absolute() or not src.exists():
+    try:
+        usable = "\x00" not in source and src.is_absolute() and src.exists()
+    except OSError:  # e.g. a path component longer than the file system allows
+        usable = False
+    if not usable:
         raise InvalidInput("invalid_image_source", f"{source!r} is not an absolute path to a folder or tarball here")
     with p.db.read() as s:
         if s.get(Image, name) is not None:
