@@ -15,7 +15,6 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from danlu.advisor.deps import get_platform_offers
 from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
 from danlu.api.routers.advice import router
@@ -41,7 +40,7 @@ def _api(offers: list[PlatformOffer]) -> TestClient:
     app = FastAPI()
     errors.install(app)
     app.include_router(router, prefix="/api/v1")
-    app.dependency_overrides[get_platform_offers] = lambda: offers
+    app.state.platform_offers = lambda: offers
     return TestClient(app)
 
 

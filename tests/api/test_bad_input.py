@@ -66,7 +66,7 @@ def test_another_tenants_instance_is_404(live: LiveServer) -> None:
             assert r.status_code == 404, (method, path)
             assert r.json()["error"]["code"] == "instance_not_found"
         assert owner.get(f"/instances/{iid}").json()["status"] == "running"
-        assert other.get("/instances/i-doesnotexist").status_code == 404
+        assert other.get("/instances/i-0000000000").status_code == 404
         owner.delete(f"/instances/{iid}")
 
 
@@ -126,4 +126,102 @@ def test_bad_job_submissions_queue_nothing(live: LiveServer, body: dict[str, obj
         r = c.post("/jobs", json=body)
         assert r.json()["error"]["code"] == code, r.text
         assert r.status_code in (404, 422)
+        assert c.get("/jobs").json() == []
+
+
+# Issue 8, finding 4: overflows and hostile input answered 500 (13 on SQLite, 26 on PostgreSQL of
+# 284 hostile requests). Each must be a clear 422 and change nothing.
+NUL = "\u0000"
+
+
+def _everything(live: LiveServer, c: httpx.Client) -> tuple[object, ...]:
+    with live.admin() as a:
+        return (*snapshot(live, c), c.get("/jobs").json(), a.get("/admin/users").json())
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "code"),
+    [
+        ("POST", "/instances", {"gpu_model": "T4", "gpu_count": 2**31, "command": ["true"]}, "invalid_gpu_count"),
+        ("POST", "/jobs", {"command": ["true"], "est_duration_s": 2**63}, "invalid_duration"),
+        ("POST", "/jobs", {"command": ["true"], "est_duration_s": 2**31}, "invalid_duration"),
+        ("POST", "/jobs", {"command": ["true"], "gpu_types": ["T4" * 200]}, "unknown_gpu_model"),
+        ("POST", "/jobs", {"command": ["true"], "gpu_types": ["A100-80GB"] * 30}, "invalid_request"),  # > 256 chars
+        ("POST", "/jobs", {"command": ["true"], "max_price": "1e30"}, "invalid_amount"),
+        ("POST", "/instances", {"gpu_model": "T4", "command": ["true"], "name": "a" * 65}, "invalid_name"),
+        ("POST", "/instances", {"gpu_model": "T4", "command": ["true"], "name": "x\u0007"}, "invalid_name"),
+        ("POST", "/instances", {"gpu_model": "T4", "command": [" "]}, "invalid_command"),
+        ("GET", "/instances/i-0000000001/logs?offset=9223372036854775808", None, "invalid_request"),
+        ("GET", "/jobs/j-0000000001/logs?offset=9223372036854775808", None, "invalid_request"),
+        ("GET", "/instances/i-00%0000", None, "invalid_request"),
+        ("DELETE", "/instances/i-00%0000", None, "invalid_request"),
+        ("GET", "/jobs/j-00%0000/events", None, "invalid_request"),
+        ("POST", "/advice", {"params": 7e9, "tokens": 1e30}, "invalid_request"),
+        (
+            "POST",
+            "/advice",
+            {"params": 7e9, "tokens": 1e9, "measured_per_second": 5e-324, "measured_gpu": "T4"},
+            "invalid_request",
+        ),
+        ("GET", "/advice/compare?gpu=T4&hours=inf", None, "invalid_request"),
+        ("GET", "/advice/compare?gpu=T4&hours=1e308", None, "invalid_request"),
+        ("GET", "/advice/compare?gpu=T4&hours=nan", None, "invalid_request"),
+        ("GET", "/advice/compare?gpu=T4&count=9223372036854775808", None, "invalid_request"),
+        ("GET", "/offers?min_vram=9223372036854775808", None, "invalid_request"),
+        ("GET", "/ledger?limit=9223372036854775808", None, "invalid_request"),
+    ],
+)
+def test_overflows_and_hostile_input_answer_422(
+    live: LiveServer, method: str, path: str, body: object, code: str
+) -> None:
+    with live.new_user("olga") as c:
+        before = _everything(live, c)
+        r = c.request(method, path, json=body)
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert err["code"] == code and len(err["message"]) > 10, err
+        assert _everything(live, c) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "code"),
+    [
+        ("PUT", "/admin/users/pat/gpu-quota", {"gpus": 2**31}, "invalid_quota"),
+        ("PUT", "/admin/users/pat/gpu-quota", {"gpus": 2**63}, "invalid_quota"),
+        ("POST", "/admin/users", {"name": "bad" + NUL + "name"}, "invalid_user_name"),
+        ("POST", "/admin/users", {"name": "bob\n"}, "invalid_user_name"),
+        ("POST", "/admin/users/pat%00x/topup", {"amount": "1"}, "invalid_request"),
+        ("POST", "/admin/users/pat/topup", {"amount": "1"}, "invalid_request"),  # the key below
+        ("PUT", "/admin/users/pat/credit-limit", {"amount": "99999999999999999999"}, "invalid_amount"),
+        ("PUT", "/admin/prices/T4", {"price_per_hour": "0"}, "invalid_amount"),
+        ("POST", "/admin/instances/i-00%00/stop", {"reason": "r"}, "invalid_request"),
+        ("POST", "/admin/users/pat/suspend", {"reason": "   "}, "invalid_reason"),
+        ("POST", "/admin/users/pat/suspend", {"reason": "x" + NUL}, "invalid_reason"),
+        ("PUT", "/admin/hosts/h%00", {"pids_per_gpu": 64}, "invalid_request"),
+        ("PUT", "/admin/hosts/local", {"memory_per_gpu_mb": 2**63}, "invalid_host_limit"),
+        ("POST", "/admin/images", {"name": "x", "source": "/" + "a" * 300}, "invalid_image_source"),
+    ],
+)
+def test_hostile_admin_input_answers_422(live: LiveServer, method: str, path: str, body: object, code: str) -> None:
+    with live.new_user("pat") as c, live.admin() as a:
+        before = _everything(live, c)
+        headers = {"Idempotency-Key": "k" * 121} if path.endswith("/pat/topup") else {}
+        r = a.request(method, path, json=body, headers=headers)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == code, r.text
+        assert _everything(live, c) == before
+        assert a.get("/admin/users").json()[-1]["name"] == "pat"
+
+
+def test_a_far_deadline_is_refused_and_listing_keeps_working(live: LiveServer) -> None:
+    """Issue 8, finding 5: 9999-12-31T23:59:59-14:00 (year 10000 in UTC) saved the job, answered
+    500, and from then on GET /jobs answered 500 for that user."""
+    with live.new_user("dora") as c:
+        for deadline in ("9999-12-31T23:59:59-14:00", "3000-01-01T00:00:00Z", "2999-12-31T23:00:00-02:00"):
+            r = c.post("/jobs", json={"command": ["true"], "deadline": deadline})
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["code"] in ("invalid_deadline", "invalid_request"), r.text
+        r = c.post("/jobs", json={"command": ["true"], "deadline": "2026-02-30T00:00:00Z"})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_deadline"
+        assert c.get("/jobs").status_code == 200
         assert c.get("/jobs").json() == []

@@ -51,7 +51,7 @@ def test_operator_stop_tells_the_renter_why_and_keeps_the_workspace(live: LiveSe
         assert err(r) == (403, "admin_only")
         for reason in ["", "   ", "x" * 501]:
             assert err(a.post(f"/admin/instances/{iid}/stop", json={"reason": reason})) == (422, "invalid_reason")
-        assert err(a.post("/admin/instances/i-doesnotexist/stop", json={"reason": "r"})) == (404, "instance_not_found")
+        assert err(a.post("/admin/instances/i-0000000000/stop", json={"reason": "r"})) == (404, "instance_not_found")
         assert status_of(c, iid) == "running"
         assert [e["to_status"] for e in c.get(f"/instances/{iid}/events").json()] == ["pending", "running"]
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 from danlu.core.money import exponent, round_minor
 
@@ -90,7 +90,11 @@ def hours_decimal(hours: float) -> Decimal:
 
 
 def cost_minor(rate: Decimal, gpu_hours: Decimal, currency: str) -> int:
-    return round_minor(rate * gpu_hours * (Decimal(10) ** exponent(currency)))
+    # Exact at any size the API admits (issue 8: 10^30 tokens overflowed the default 28 digits
+    # and answered 500); an absurd workload gets an absurd but true cost.
+    with localcontext() as ctx:
+        ctx.prec = 120
+        return round_minor(rate * gpu_hours * (Decimal(10) ** exponent(currency)))
 
 
 def _billed_gpus(ctx: PlanContext) -> int:

@@ -1,32 +1,52 @@
-"""The FastAPI application: REST under /api/v1, OpenAPI at /openapi.json, /healthz."""
+"""The FastAPI application: REST under /api/v1, OpenAPI at /openapi.json, /healthz, and the API's
+documentation at /docs and /redoc, served offline: their scripts come from an installed package
+(fastapi-offline's copy of swagger-ui and redoc), not from a CDN."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import fastapi_offline
 from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from danlu import __version__
-from danlu.advisor.deps import get_platform_offers
 from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
-from danlu.api.deps import PlatformDep, get_current_user
+from danlu.api.deps import get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
+from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
+from danlu.billing.accounts import currency
 from danlu.compute.offers import list_offers
 from danlu.context import Platform
+from danlu.core.money import exponent
 
 API_PREFIX = "/api/v1"
+DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
+ASSETS_URL = "/docs-assets"
 
 
 def create_app(platform: Platform, loop: Any = None) -> FastAPI:
-    app = FastAPI(title="danlu", version=__version__, description="GPU rental: pay only for useful GPU time")
+    app = FastAPI(
+        title="danlu",
+        version=__version__,
+        description="GPU rental: pay only for useful GPU time",
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.platform = platform
     app.state.loop = loop
     errors.install(app)
     for module in (offers, instances, jobs, images, account, admin, operator):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
-    app.dependency_overrides[get_platform_offers] = platform_offers_for_advice
+    app.state.platform_offers = lambda: platform_offers_for_advice(platform)
+
+    install_docs(app)
+    install_openapi(app, platform)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -37,7 +57,64 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     return app
 
 
-def platform_offers_for_advice(p: PlatformDep) -> list[PlatformOffer]:
+def install_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc with their JS and CSS served from ``ASSETS_URL``."""
+    app.mount(ASSETS_URL, StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
+    openapi_url = app.openapi_url or "/openapi.json"
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{ASSETS_URL}/favicon.png",
+            with_google_fonts=False,
+        )
+
+
+def install_openapi(app: FastAPI, platform: Platform) -> None:
+    """The OpenAPI document, stating money amounts with this deployment's decimal places (the
+    models' own patterns allow up to 6; parse_amount then holds each to the currency's)."""
+    default = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = default()
+            with platform.db.read() as s:
+                exp = exponent(currency(s))
+            swap = {AMOUNT: amount_pattern(exp), POSITIVE_AMOUNT: amount_pattern(exp, positive=True)}
+            swap[POSITIVE_AMOUNT.replace("^(", "^(0|", 1)] = amount_pattern(exp, positive=True).replace("^(", "^(0|", 1)
+            _swap_patterns(doc, swap)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _swap_patterns(node: object, swap: dict[str, str]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str) and value in swap:
+                node[key] = swap[value]
+            else:
+                _swap_patterns(value, swap)
+    elif isinstance(node, list):
+        for item in node:
+            _swap_patterns(item, swap)
+
+
+def platform_offers_for_advice(p: Platform) -> list[PlatformOffer]:
     """This platform's priced offers, for the advisor to rank beside the public catalog."""
     return [
         PlatformOffer(o.gpu_model, o.price_per_hour_minor, o.currency, o.free, o.total)

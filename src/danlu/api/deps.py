@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from danlu.accounts.service import authenticate
 from danlu.context import Platform
@@ -19,19 +20,50 @@ async def get_platform(request: Request) -> Platform:
 
 PlatformDep = Annotated[Platform, Depends(get_platform)]
 
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="Your API token (`danlu login`, or the operator's admin token): `Authorization: Bearer TOKEN`",
+)
+"""Declares the scheme in the OpenAPI document. It never answers an error itself: get_current_user
+reads the same header and answers our own 401 (``missing_token`` / ``invalid_token``)."""
+BearerDeclared = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
-async def get_current_user(p: PlatformDep, authorization: Annotated[str | None, Header()] = None) -> User:
+
+async def get_current_user(
+    p: PlatformDep,
+    _declared: BearerDeclared = None,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> User:
     """Runs on the event loop, not in the thread pool: a read by indexed key never blocks (SQLite
     WAL readers do not wait for writers; PostgreSQL reads are MVCC), and skipping the thread hop
     is most of the cost of a small request."""
+    from sqlalchemy import inspect
+    from sqlalchemy.orm import make_transient_to_detached
+    from sqlalchemy.orm.instrumentation import manager_of_class
+
+    from danlu.accounts.service import hash_token
+    from danlu.compute.views import CURRENT_USERS
+
     token = None
     if authorization:
         scheme, _, value = authorization.partition(" ")
         token = value.strip() if scheme.lower() == "bearer" else None
-    with p.db.read() as s:
-        user = authenticate(s, token)
-        s.expunge(user)
-        return user
+
+    def load() -> dict[str, object]:
+        with p.db.read() as s:
+            found = authenticate(s, token)
+            return {a.key: getattr(found, a.key) for a in inspect(User).column_attrs}
+
+    # The user's columns come from a cache that any write to ``users`` in this process invalidates
+    # at once (revoke, rotate, suspend: compute/views.py ReadCache); each request gets its own
+    # detached User, built as the ORM's loader builds one (no attribute events), as if a session
+    # had loaded and expunged it.
+    columns = CURRENT_USERS.get(p.db.engine, hash_token(token), load) if token else load()
+    user: User = manager_of_class(User).new_instance()
+    user.__dict__.update(columns)
+    make_transient_to_detached(user)
+    return user
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]

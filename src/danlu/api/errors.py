@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from danlu.core.errors import DanluError
 
@@ -33,6 +34,9 @@ def install(app: FastAPI) -> None:
             return JSONResponse(
                 status_code=400, content=_body("malformed_json", "the request body is not valid JSON; fix it and retry")
             )
+        own = next((e for e in errors if (e.get("ctx") or {}).get("danlu_code")), None)
+        if own is not None:  # a limit with its own stable code (danlu.api.schemas.limited)
+            return JSONResponse(status_code=422, content=_body(str(own["ctx"]["danlu_code"]), str(own["msg"])))
         parts = []
         for e in errors[:5]:
             loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
@@ -51,7 +55,23 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         message = "no such endpoint; see /docs" if exc.status_code == 404 else str(exc.detail)
-        return JSONResponse(status_code=exc.status_code, content=_body(code, message))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            allowed = allowed_methods(app, request)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{request.method} is not allowed here; use {' or '.join(allowed)} (see /docs)"
+        return JSONResponse(status_code=exc.status_code, content=_body(code, message), headers=headers or None)
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route of this path answers (starlette's own 405 names only the first
+    route's), for the ``Allow`` header RFC 9110 requires on a 405."""
+    allowed = []
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed

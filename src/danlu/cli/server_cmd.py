@@ -10,6 +10,17 @@ import typer
 
 from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC
 
+# How uvicorn serves the API (benchmarks/api_throughput.py serves its bare endpoint with the same):
+# one process (the control loop must run in exactly one), uvloop and httptools (both dependencies),
+# no per-request access log, a listen backlog for bursts of connections.
+UVICORN_OPTIONS: dict[str, object] = {
+    "log_level": "warning",
+    "access_log": False,
+    "loop": "uvloop",
+    "http": "httptools",
+    "backlog": 2048,
+}
+
 
 def default_data_dir() -> Path:
     env = os.environ.get("DANLU_DATA_DIR")
@@ -71,6 +82,7 @@ def server(
     from danlu.db.engine import open_database
     from danlu.scheduling.policies import get_policy
     from danlu.server.bootstrap import bootstrap
+    from danlu.server.lease import DataDirLock
     from danlu.server.loop import ControlLoop
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -93,6 +105,8 @@ def server(
                     "(every listing marks them simulated)"
                 )
         get_policy(policy)  # fail fast on a typo
+        dir_lock = DataDirLock(data_dir)  # before anything touches the folder: one server per data folder
+        dir_lock.acquire()
         uid_first, uid_count = parse_uid_range(sandbox_uids)
         try:
             backend, sandbox = make_local_backend(
@@ -132,7 +146,7 @@ def server(
         sandbox_dir=sandbox_dir,
     )
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
-    loop = ControlLoop(platform)
+    loop = ControlLoop(platform, dir_lock=dir_lock)
     app = create_app(platform, loop)
     typer.echo(f"danlu {boot.currency} platform on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
     typer.echo(f"database: {database.dialect}  data directory: {data_dir}")
@@ -150,7 +164,7 @@ def server(
     typer.echo(f"try:  export DANLU_URL=http://{host}:{port} DANLU_TOKEN=$(cat {token_file}); danlu offers")
     loop.start()
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, **UVICORN_OPTIONS)  # type: ignore[arg-type]
     finally:
         loop.stop()
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Pool, func, select
 
 from danlu.billing.accounts import currency
 from danlu.catalog.gpu_models import gpu_models, resolve_model
+from danlu.compute.views import ReadCache
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
 from danlu.core.money import parse_amount
@@ -32,17 +36,72 @@ class Offer:
     sandbox: str = "bubblewrap"  # bubblewrap | off | unavailable (danlu.compute.sandbox.status)
 
 
+_OFFERS: ReadCache[str, tuple[str, tuple[Offer, ...]]] = ReadCache(("gpus", "prices", "hosts", "settings"), ttl_s=1.0)
+
+
 def list_offers(
     p: Platform, gpu: str | None = None, min_vram: int | None = None, max_price: str | None = None
 ) -> list[Offer]:
-    """Offers sorted by price (unpriced models last: they cannot be rented until priced)."""
+    """Offers sorted by price (unpriced models last: they cannot be rented until priced).
+
+    All offers are read with three Core selects and kept until a GPU, price, host or setting is
+    written in this process (a claim or release of a GPU included) or a second passes."""
+    return _select(p, _OFFERS.get(p.db.engine, p.sandbox.mode, lambda: _read_offers(p)), gpu, min_vram, max_price)
+
+
+def _select(
+    p: Platform, read: tuple[str, tuple[Offer, ...]], gpu: str | None, min_vram: int | None, max_price: str | None
+) -> list[Offer]:
     model_filter = resolve_model(gpu).name if gpu else None
     if min_vram is not None and min_vram < 0:
         raise InvalidInput("invalid_min_vram", "--min-vram is a number of GB, 0 or more")
+    cur, every = read
+    max_minor = parse_amount(max_price, cur, field="max price") if max_price is not None else None
+    return [
+        replace(o)
+        for o in every
+        if (model_filter is None or o.gpu_model == model_filter)
+        and (min_vram is None or o.vram_gb >= min_vram)
+        and (max_minor is None or (o.price_per_hour_minor is not None and o.price_per_hour_minor <= max_minor))
+    ]
+
+
+R = TypeVar("R")
+_RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[object, Any]]] = weakref.WeakKeyDictionary()
+
+
+def render_offers(
+    p: Platform,
+    render: Callable[[list[Offer]], R],
+    gpu: str | None = None,
+    min_vram: int | None = None,
+    max_price: str | None = None,
+    kind: str = "",
+) -> R:
+    """``render(list_offers(...))`` (e.g. the response's JSON bytes), computed again only when the
+    offers were read again (see ``list_offers``). ``kind`` names the rendering; the value is shared
+    by every caller until then, so it must be immutable (bytes)."""
+    memo = _RENDERED.get(p.db.engine.pool)
+    if memo is None:
+        memo = _RENDERED.setdefault(p.db.engine.pool, {})
+    key = (p.sandbox.mode, gpu, min_vram, max_price, kind)
+    hit = memo.get(key)
+    # The cache hands out the same tuple until something changed; the memo holds it (identity is safe).
+    if hit is not None and hit[0] is _OFFERS.peek(p.db.engine, p.sandbox.mode):
+        return cast(R, hit[1])
+    read = _OFFERS.get(p.db.engine, p.sandbox.mode, lambda: _read_offers(p))
+    value = render(_select(p, read, gpu, min_vram, max_price))  # validates the filters
+    if len(memo) >= 1024:
+        memo.clear()
+    memo[key] = (read, value)
+    return value
+
+
+def _read_offers(p: Platform) -> tuple[str, tuple[Offer, ...]]:
     with p.db.read() as s:
         cur = currency(s)
-        max_minor = parse_amount(max_price, cur, field="max price") if max_price is not None else None
-        rows = s.execute(
+        conn = s.connection()
+        rows = conn.execute(
             select(
                 Gpu.model,
                 Gpu.host_id,
@@ -54,30 +113,26 @@ def list_offers(
             .where(Gpu.present.is_(True))
             .group_by(Gpu.model, Gpu.host_id, Gpu.simulated)
         ).all()
-        price_rows = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
-        host_rows = {h.id: h for h in s.scalars(select(Host))}
-        prices = {m: pr.price_per_hour_minor for m, pr in price_rows.items()}
-        spot = {m: pr.interruptible_price_per_hour_minor for m, pr in price_rows.items()}
+        prices = {
+            m: (on_demand, spot)
+            for m, on_demand, spot in conn.execute(
+                select(Price.gpu_model, Price.price_per_hour_minor, Price.interruptible_price_per_hour_minor)
+            )
+        }
+        hosts = {
+            h.id: h
+            for h in conn.execute(select(Host.id, Host.cpus_per_gpu_milli, Host.mem_per_gpu_mb, Host.disk_per_gpu_mb))
+        }
     table = gpu_models()
     agg: dict[str, Offer] = {}
     for model, host_id, total, busy, vram_mb, simulated in rows:
         vram_gb = table[model].vram_gb if model in table else int(vram_mb) // 1024
+        price, spot = prices.get(model, (None, None))
         o = agg.setdefault(
             model,
-            Offer(
-                model,
-                vram_gb,
-                0,
-                0,
-                0,
-                prices.get(model),
-                cur,
-                bool(simulated),
-                spot.get(model),
-                sandbox=p.sandbox.mode,
-            ),
+            Offer(model, vram_gb, 0, 0, 0, price, cur, bool(simulated), spot, sandbox=p.sandbox.mode),
         )
-        host = host_rows.get(host_id)
+        host = hosts.get(host_id)
         if host is not None:
             o.cpus_per_gpu_milli = min(o.cpus_per_gpu_milli or host.cpus_per_gpu_milli, host.cpus_per_gpu_milli)
             o.mem_per_gpu_mb = min(o.mem_per_gpu_mb or host.mem_per_gpu_mb, host.mem_per_gpu_mb)
@@ -86,11 +141,7 @@ def list_offers(
         o.total += total
         o.max_per_host = max(o.max_per_host, total)
         o.simulated = o.simulated or bool(simulated)
-    offers = [
-        o
-        for o in agg.values()
-        if (model_filter is None or o.gpu_model == model_filter)
-        and (min_vram is None or o.vram_gb >= min_vram)
-        and (max_minor is None or (o.price_per_hour_minor is not None and o.price_per_hour_minor <= max_minor))
-    ]
-    return sorted(offers, key=lambda o: (o.price_per_hour_minor is None, o.price_per_hour_minor or 0, o.gpu_model))
+    ordered = sorted(
+        agg.values(), key=lambda o: (o.price_per_hour_minor is None, o.price_per_hour_minor or 0, o.gpu_model)
+    )
+    return cur, tuple(ordered)

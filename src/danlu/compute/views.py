@@ -3,19 +3,149 @@ Another tenant's instance, and a job's run, are indistinguishable from a missing
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
-from sqlalchemy import select
+from sqlalchemy import Engine, Pool, Select, bindparam, event, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
-from danlu.billing.rating import billable_seconds
+from danlu.billing.rating import MS_PER_SECOND, billable_seconds
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import NotFound
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
+
+# ---------------------------------------------------------------------------- read caches
+#
+# Hot reads (the current user of every request, offers, a listing's rows) are served from a cache
+# that is exact within this process: every write statement a connection runs marks the table it
+# wrote, and when the connection goes back to its pool (after its transaction committed or rolled
+# back) each marked table's version is bumped. A cached value remembers the versions of the tables
+# it was read from and is used only while they are unchanged -- so the next read after any commit
+# that touched them (a revoked token, a claimed GPU, a new price) goes to the database again. A
+# short TTL bounds what a write by another process on the same database could leave stale.
+
+_WRITE = re.compile(
+    r"\s*(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM|REPLACE\s+INTO)"
+    r"\s+(?:\"?\w+\"?\.)?\"?(\w+)",
+    re.I,
+)
+_NOT_A_WRITE = ("SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA", "SHOW", "SET ")
+_ALL = "*"  # a write whose table could not be read (DDL, CTEs, raw SQL): every table changed
+_INFO_KEY = "danlu_tables_written"
+
+
+class _Versions:
+    """Per-table write counters of one database (one connection pool) in this process."""
+
+    def __init__(self) -> None:
+        self.by_table: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def of(self, tables: tuple[str, ...]) -> tuple[int, ...]:
+        v = self.by_table
+        return (v.get(_ALL, 0), *(v.get(t, 0) for t in tables))
+
+    def bump(self, tables: Iterable[str]) -> None:
+        with self.lock:
+            for t in tables:
+                self.by_table[t] = self.by_table.get(t, 0) + 1
+
+
+_versions: weakref.WeakKeyDictionary[Pool, _Versions] = weakref.WeakKeyDictionary()
+_versions_lock = threading.Lock()
+
+
+def _versions_of(pool: Pool) -> _Versions:
+    v = _versions.get(pool)
+    if v is None:
+        with _versions_lock:
+            v = _versions.setdefault(pool, _Versions())
+    return v
+
+
+@event.listens_for(Engine, "after_cursor_execute")
+def _note_write(conn: Connection, _cursor: Any, statement: str, *_args: Any) -> None:
+    head = statement.lstrip()[:9].upper()
+    if head.startswith(_NOT_A_WRITE):
+        return
+    m = _WRITE.match(statement)
+    table = m.group(1).lower() if m else _ALL
+    written: tuple[_Versions, set[str]] | None = conn.info.get(_INFO_KEY)
+    if written is None:
+        conn.info[_INFO_KEY] = written = (_versions_of(conn.engine.pool), set())
+    written[1].add(table)
+
+
+@event.listens_for(Pool, "checkin")
+def _publish_writes(_dbapi_conn: Any, record: Any) -> None:
+    written = record.info.pop(_INFO_KEY, None) if record is not None else None
+    if written is not None:
+        written[0].bump(written[1])
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class ReadCache(Generic[K, V]):
+    """Values read from ``tables``, each used until one of those tables is written in this
+    process (see above) or ``ttl_s`` passes; at most ``max_entries`` kept."""
+
+    def __init__(self, tables: tuple[str, ...], ttl_s: float, max_entries: int = 4096) -> None:
+        self.tables = tables
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._by_pool: weakref.WeakKeyDictionary[Pool, dict[K, tuple[V, tuple[int, ...], float]]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, engine: Engine, key: K, load: Callable[[], V]) -> V:
+        pool = engine.pool
+        versions = _versions_of(pool)
+        entries = self._by_pool.get(pool)
+        if entries is None:
+            entries = self._by_pool.setdefault(pool, {})
+        before = versions.of(self.tables)
+        now = time.monotonic()
+        hit = entries.get(key)
+        if hit is not None and hit[1] == before and hit[2] > now:
+            return hit[0]
+        # ``load`` must start its own transaction (after ``before`` was taken) and may raise: an
+        # exception caches nothing. The value is kept under the versions from before the load: had
+        # a write been published meanwhile (the load may have read the old rows), it is already out
+        # of date and the next call reads again.
+        value = load()
+        if len(entries) >= self.max_entries:
+            entries.clear()
+        entries[key] = (value, before, now + self.ttl_s)
+        return value
+
+    def peek(self, engine: Engine, key: K) -> V | None:
+        """The cached value if it is still good, else None (loads nothing)."""
+        entries = self._by_pool.get(engine.pool)
+        hit = entries.get(key) if entries is not None else None
+        if hit is None or hit[1] != _versions_of(engine.pool).of(self.tables) or hit[2] <= time.monotonic():
+            return None
+        return hit[0]
+
+    def clear(self) -> None:
+        self._by_pool.clear()
+
+
+# The API's current user by token digest (api/deps.py): a revoked or rotated token, a suspension,
+# any write to ``users`` in this process is seen by the very next request.
+CURRENT_USERS: ReadCache[str, dict[str, Any]] = ReadCache(("users",), ttl_s=2.0)
 
 
 @dataclass
@@ -53,6 +183,18 @@ def get_owned(session: Session, user: User, instance_id: str, *, for_update: boo
 
 
 @dataclass(frozen=True)
+class _Shared:
+    """What every row of a listing shares: currency, simulated models, list prices."""
+
+    currency: str
+    simulated_models: frozenset[str]
+    prices: dict[str, int]
+
+
+_SHARED: ReadCache[str, _Shared] = ReadCache(("gpus", "prices", "settings"), ttl_s=1.0)
+
+
+@dataclass(frozen=True)
 class _Context:
     """What every row of a listing shares, read once per request."""
 
@@ -60,21 +202,57 @@ class _Context:
     now_ms: int
     simulated_models: frozenset[str]
     prices: dict[str, int]
+    shared: _Shared | None = None  # what it was built from (views computed from another are stale)
 
     @classmethod
-    def read(cls, s: Session, now_ms: int) -> _Context:
-        simulated = frozenset(s.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
-        prices = {m: v for m, v in s.execute(select(Price.gpu_model, Price.price_per_hour_minor)).all()}
-        return cls(currency(s), now_ms, simulated, prices)
+    def read(cls, p: Platform, now_ms: int) -> _Context:
+        def load() -> _Shared:
+            # A session of its own: its snapshot must start after the cache took the versions.
+            with p.db.read() as s:
+                conn = s.connection()
+                simulated = frozenset(conn.scalars(select(Gpu.model).where(Gpu.simulated.is_(True)).distinct()))
+                prices = {m: v for m, v in conn.execute(select(Price.gpu_model, Price.price_per_hour_minor)).all()}
+                return _Shared(currency(s), simulated, prices)
+
+        shared = _SHARED.get(p.db.engine, "shared", load)
+        return cls(shared.currency, now_ms, shared.simulated_models, shared.prices, shared)
 
 
-def _view(inst: Instance, allocs: list[Allocation], ctx: _Context) -> InstanceView:
+@dataclass(eq=False)
+class _Listed:
+    """What of one instance does not change with the clock (rows as read, JSON parsed), and the
+    last view computed from it with the span of clock times over which that view holds."""
+
+    inst: Any  # an Instance, or a Core row with its columns
+    allocs: tuple[Any, ...]  # its Allocations (ORM objects or Core rows)
+    current: Any | None  # the one that is the instance's current allocation
+    command: tuple[str, ...]
+    sandbox: dict[str, object] | None
+    gpu_indices: tuple[int, ...]
+    memo: tuple[InstanceView, _Shared | None, int, int] | None = None  # (view, shared, from_ms, until_ms)
+
+    @classmethod
+    def of(cls, inst: Any, allocs: Sequence[Any]) -> _Listed:
+        current = next((a for a in allocs if a.id == inst.current_allocation_id), None)
+        return cls(
+            inst,
+            tuple(allocs),
+            current,
+            tuple(json.loads(inst.command_json)),
+            json.loads(inst.sandbox_json) if inst.sandbox_json else None,
+            tuple(int(i) for i in current.gpu_indices.split(",") if i) if current else (),
+        )
+
+
+def _view(listed: _Listed, ctx: _Context) -> InstanceView:
+    """The instance with its live cost at ``ctx.now_ms``."""
     now_ms = ctx.now_ms
-    billed_seconds = sum(
-        billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms) for a in allocs
-    )
-    cost = sum(a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms)) for a in allocs)
-    current = next((a for a in allocs if a.id == inst.current_allocation_id), None)
+    billed_seconds = 0
+    cost = 0
+    for a in listed.allocs:
+        billed_seconds += billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms)
+        cost += a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms))
+    inst, current = listed.inst, listed.current
     return InstanceView(
         id=inst.id,
         name=inst.name,
@@ -82,10 +260,10 @@ def _view(inst: Instance, allocs: list[Allocation], ctx: _Context) -> InstanceVi
         status_reason=inst.status_reason,
         gpu_model=inst.gpu_model,
         gpu_count=inst.gpu_count,
-        gpu_indices=[int(i) for i in current.gpu_indices.split(",") if i] if current else [],
+        gpu_indices=list(listed.gpu_indices),
         simulated=inst.gpu_model in ctx.simulated_models,
         interruptible=inst.interruptible,
-        command=json.loads(inst.command_json),
+        command=list(listed.command),
         exit_code=inst.exit_code,
         billed_seconds=billed_seconds,
         cost_minor=cost,
@@ -93,34 +271,156 @@ def _view(inst: Instance, allocs: list[Allocation], ctx: _Context) -> InstanceVi
         currency=ctx.currency,
         created_at_ms=inst.created_at_ms,
         image=inst.image,
-        sandbox=json.loads(inst.sandbox_json) if inst.sandbox_json else None,
+        sandbox=dict(listed.sandbox) if listed.sandbox is not None else None,
     )
+
+
+def _holds_until(listed: _Listed, now_ms: int) -> int:
+    """Until when (ms, exclusive) the view at ``now_ms`` stays the same: billed seconds and live
+    cost change only when a running allocation completes another whole second (or ends)."""
+    until = 2**63
+    for a in listed.allocs:
+        if a.ended_at_ms is None or now_ms < a.ended_at_ms:
+            elapsed = max(0, now_ms - a.started_at_ms)
+            until = min(until, a.started_at_ms + (elapsed // MS_PER_SECOND + 1) * MS_PER_SECOND)
+            if a.ended_at_ms is not None:
+                until = min(until, a.ended_at_ms)
+    return until
+
+
+def _listed_view(listed: _Listed, ctx: _Context) -> InstanceView:
+    """``_view`` computed at most once per billed second of the instance; each caller gets its own
+    copy of the view (its lists and dict are shared: read them, do not change them)."""
+    now_ms = ctx.now_ms
+    memo = listed.memo
+    if memo is None or memo[1] is not ctx.shared or not memo[2] <= now_ms < memo[3]:
+        memo = (_view(listed, ctx), ctx.shared, now_ms, _holds_until(listed, now_ms))
+        listed.memo = memo
+    return copy.copy(memo[0])
 
 
 def show(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.read() as s:
         inst = get_owned(s, user, instance_id)
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
-        return _view(inst, allocs, _Context.read(s, p.clock.now_ms()))
+        return _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
+
+
+_INSTANCE_COLUMNS = (
+    Instance.id,
+    Instance.name,
+    Instance.status,
+    Instance.status_reason,
+    Instance.gpu_model,
+    Instance.gpu_count,
+    Instance.interruptible,
+    Instance.command_json,
+    Instance.exit_code,
+    Instance.current_allocation_id,
+    Instance.created_at_ms,
+    Instance.image,
+    Instance.sandbox_json,
+)
+_ALLOCATION_COLUMNS = (
+    Allocation.id,
+    Allocation.instance_id,
+    Allocation.gpu_count,
+    Allocation.gpu_indices,
+    Allocation.price_per_hour_minor,
+    Allocation.started_at_ms,
+    Allocation.ended_at_ms,
+    Allocation.billed_until_ms,
+    Allocation.billed_minor,
+    Allocation.settled,
+)
+
+
+def _listing_statements(include_destroyed: bool) -> tuple[Select[*tuple[Any, ...]], Select[*tuple[Any, ...]]]:
+    """The user's listed instances, and all their allocations, as two Core selects with a bound
+    ``user_id`` (built once: building a statement per request costs more than running it)."""
+    listed = [Instance.user_id == bindparam("user_id"), Instance.job_id.is_(None)]
+    if not include_destroyed:
+        listed.append(Instance.status != Status.DESTROYED.value)
+    insts = select(*_INSTANCE_COLUMNS).where(*listed).order_by(Instance.created_at_ms)
+    allocs = (
+        select(*_ALLOCATION_COLUMNS)
+        .join(Instance, Instance.id == Allocation.instance_id)
+        .where(*listed)
+        .order_by(Allocation.id)
+    )
+    return insts, allocs
+
+
+_LISTING = {flag: _listing_statements(flag) for flag in (False, True)}
+
+
+# A user's listing as read (rows only: the live cost is computed per request from the clock).
+_LISTINGS: ReadCache[tuple[int, bool], tuple[_Listed, ...]] = ReadCache(("instances", "allocations"), ttl_s=1.0)
 
 
 def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> list[InstanceView]:
-    with p.db.read() as s:
-        stmt = (
-            select(Instance)
-            .where(Instance.user_id == user.id, Instance.job_id.is_(None))
-            .order_by(Instance.created_at_ms)
-        )
-        if not include_destroyed:
-            stmt = stmt.where(Instance.status != Status.DESTROYED.value)
-        insts = list(s.scalars(stmt))
-        by_inst: dict[str, list[Allocation]] = {}
-        if insts:
-            ids = [i.id for i in insts]
-            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(ids))):
-                by_inst.setdefault(a.instance_id, []).append(a)
-        ctx = _Context.read(s, p.clock.now_ms())
-        return [_view(i, by_inst.get(i.id, []), ctx) for i in insts]
+    """Two Core selects (the user's instances, then all their allocations), no ORM objects; kept
+    until an instance or allocation is written in this process (the control loop's reconcile pass
+    does every tick while anything runs) or a second passes."""
+    return _listing(p, user, include_destroyed)[0]
+
+
+def _listing(p: Platform, user: User, include_destroyed: bool) -> tuple[list[InstanceView], tuple[object, object], int]:
+    """The views, what they were computed from (the cached rows and shared context: the same
+    objects until something changed), and until when (ms) they hold."""
+    inst_stmt, alloc_stmt = _LISTING[include_destroyed]
+
+    def load() -> tuple[_Listed, ...]:
+        params = {"user_id": user.id}
+        with p.db.read() as s:
+            conn = s.connection()
+            insts = conn.execute(inst_stmt, params).all()
+            by_inst: dict[str, list[Any]] = {}
+            if insts:
+                for a in conn.execute(alloc_stmt, params):
+                    by_inst.setdefault(a.instance_id, []).append(a)
+        return tuple(_Listed.of(i, by_inst.get(i.id, [])) for i in insts)
+
+    listed = _LISTINGS.get(p.db.engine, (user.id, include_destroyed), load)
+    ctx = _Context.read(p, p.clock.now_ms())
+    views = [_listed_view(li, ctx) for li in listed]
+    until = min((_holds_until(li, ctx.now_ms) for li in listed), default=2**63)
+    return views, (listed, ctx.shared), until
+
+
+R = TypeVar("R")
+_RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[tuple[object, object], int, int, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def render_listing(
+    p: Platform, user: User, include_destroyed: bool, render: Callable[[list[InstanceView]], R], kind: str = ""
+) -> R:
+    """``render(list_instances(...))`` (e.g. the response's JSON bytes), computed again only when
+    the listing would change: an instance, allocation, GPU, price or setting was written in this
+    process, a running allocation completed another second, or a second passed. ``kind`` names
+    the rendering (one cached value per user, flag and kind); the value is shared by every caller
+    until then, so it must be immutable (bytes)."""
+    memo = _RENDERED.get(p.db.engine.pool)
+    if memo is None:
+        memo = _RENDERED.setdefault(p.db.engine.pool, {})
+    key = (user.id, include_destroyed, kind)
+    now_ms = p.clock.now_ms()
+    hit = memo.get(key)
+    if hit is not None and hit[1] <= now_ms < hit[2]:
+        # Still the same rows and context objects (the caches above hand out the same objects
+        # until something changed; the memo holds them, so identity is safe): nothing changed.
+        listed = _LISTINGS.peek(p.db.engine, (user.id, include_destroyed))
+        shared = _SHARED.peek(p.db.engine, "shared")
+        if listed is hit[0][0] and shared is hit[0][1] and listed is not None:
+            return cast(R, hit[3])
+    views, source, until = _listing(p, user, include_destroyed)
+    value = render(views)
+    if len(memo) >= 4096:
+        memo.clear()
+    memo[key] = (source, now_ms, until, value)
+    return value
 
 
 def events(p: Platform, user: User, instance_id: str) -> list[InstanceEvent]:

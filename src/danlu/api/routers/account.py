@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import BalanceOut, UserOut
+from danlu.api.schemas import BalanceOut, UserOut, errors
 from danlu.billing import service as billing
 
-router = APIRouter(tags=["account"])
+router = APIRouter(tags=["account"], responses=errors(401))
 
 
 @router.get("/me", response_model=UserOut)
@@ -22,5 +22,7 @@ async def balance(p: PlatformDep, user: CurrentUser) -> BalanceOut:
 
 
 @router.get("/ledger")
-def ledger(p: PlatformDep, user: CurrentUser, limit: int = 100) -> list[dict[str, Any]]:
-    return billing.statement(p, user, max(1, min(limit, 1000)))
+def ledger(
+    p: PlatformDep, user: CurrentUser, limit: Annotated[int, Query(ge=1, le=1000, description="Newest entries")] = 100
+) -> list[dict[str, Any]]:
+    return billing.statement(p, user, limit)

@@ -6,48 +6,105 @@ read this platform's offers; by default advice uses the public catalog only.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from danlu.advisor import service
 from danlu.advisor.deps import get_platform_offers, get_platform_plans
 from danlu.advisor.plan_recommender import UsageProfile
 from danlu.advisor.plans import PlatformOffer, PlatformPlans
-from danlu.advisor.workload import build_workload
+from danlu.advisor.workload import ADAPTERS, OPTIMIZERS, PRECISIONS, PRESETS, SHARDINGS, TASKS, build_workload
+from danlu.api.schemas import (
+    GPU_MODEL_PATTERN,
+    GPU_MODEL_TEXT,
+    MAX_GPUS,
+    POSITIVE_AMOUNT,
+    Strict,
+    WholeNumber,
+    choice_pattern,
+    errors,
+    limited,
+)
+from danlu.catalog.gpu_models import gpu_models
+from danlu.core.money import CURRENCY_EXPONENTS
 
-router = APIRouter(tags=["advisor"])
+router = APIRouter(tags=["advisor"], responses=errors(401))
+# The advisor's numbers are bounded so every answer is finite (issue 8: tokens=1e30, hours=inf
+# answered 500); the bounds are far beyond any real workload.
+_FAMILIES = sorted({m[: i.start()] for m in gpu_models() for i in re.finditer("-", m)})
+GPU_OR_FAMILY = choice_pattern([*gpu_models(), *_FAMILIES], dashes="catalog")
+GPU_OR_FAMILY_TEXT = GPU_MODEL_TEXT + "; or a family: " + ", ".join(_FAMILIES)
+_UNKNOWN = "unknown GPU model {value}; known models: " + ", ".join(gpu_models())
+# A model (exactly one), or a model or a family (danlu.catalog.prices.models_matching: A100 → both A100s).
+Gpu = Annotated[
+    str,
+    Field(pattern=GPU_MODEL_PATTERN, description=GPU_MODEL_TEXT),
+    limited("unknown_gpu_model", _UNKNOWN, pattern=GPU_MODEL_PATTERN),
+]
+GpuOrFamily = Annotated[
+    str,
+    Field(pattern=GPU_OR_FAMILY, description=GPU_OR_FAMILY_TEXT),
+    limited("unknown_gpu_model", _UNKNOWN, pattern=GPU_OR_FAMILY),
+]
+Currency = Annotated[str, Field(pattern=choice_pattern(CURRENCY_EXPONENTS), description="ISO 4217, e.g. CNY")]
+Count = Annotated[int, Field(ge=1, le=MAX_GPUS), WholeNumber]
+Whole = Annotated[int, Field(ge=1, le=1 << 20), WholeNumber]
+Amount = Annotated[float, Field(ge=1e-3, le=1e18, allow_inf_nan=False)]
+
+
+def _one_of(values: tuple[str, ...]) -> Any:
+    return Field(pattern=choice_pattern(values, dashes="loose"), description=" | ".join(values))
+
+
+def _else(values: tuple[str, ...], field: str) -> Any:
+    """One of ``values``, as danlu.advisor.workload._choice takes it, with its own error code."""
+    text = f"{field} {{value}} is not one of: {', '.join(values)}"
+    return limited(f"invalid_{field}", text, pattern=choice_pattern(values, dashes="loose"))
+
+
+Task = Annotated[str, _one_of(TASKS), _else(TASKS, "task")]
+Precision = Annotated[str, _one_of(PRECISIONS), _else(PRECISIONS, "precision")]
+Optimizer = Annotated[str, _one_of(OPTIMIZERS), _else(OPTIMIZERS, "optimizer")]
+Adapter = Annotated[str, _one_of(ADAPTERS), _else(ADAPTERS, "adapter")]
+Sharding = Annotated[str, _one_of(SHARDINGS), _else(SHARDINGS, "sharding")]
+
+
 OffersDep = Annotated[list[PlatformOffer], Depends(get_platform_offers)]
 PlansDep = Annotated[PlatformPlans, Depends(get_platform_plans)]
 
 
-class AdviceRequest(BaseModel):
-    params: float | None = Field(None, description="parameter count, e.g. 7e9")
-    model: str | None = Field(None, description="preset: llama-7b, bert-large, resnet50, sdxl-unet, ...")
-    task: str = "finetune"
-    precision: str = "bf16"
-    optimizer: str = "adamw"
-    micro_batch: int = 1
-    seq_len: int | None = None
-    image_size: int | None = None
-    grad_accum: int = 1
+class AdviceRequest(Strict):
+    """Give ``params`` or a preset ``model``, and the work as ``tokens`` or ``samples`` (× ``epochs``);
+    int8/int4 are for inference, adapters for fine-tuning (answered 422 otherwise)."""
+
+    params: float | None = Field(None, ge=1e5, le=5e12, allow_inf_nan=False, description="parameter count, e.g. 7e9")
+    model: str | None = Field(None, pattern=choice_pattern(PRESETS), description="preset: " + ", ".join(PRESETS))
+    task: Task = "finetune"
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
+    micro_batch: Whole = 1
+    seq_len: Whole | None = None
+    image_size: Whole | None = None
+    grad_accum: Whole = 1
     checkpointing: bool = False
-    adapter: str = "none"
-    lora_rank: int = 16
-    sharding: str = "auto"
-    tokens: float | None = None
-    samples: float | None = None
-    epochs: float = 1.0
-    deadline_hours: float | None = None
-    measured_per_second: float | None = None
-    measured_gpu: str | None = None
-    measured_gpu_count: int = 1
-    preemption_overhead: float = 0.10
-    currency: str | None = None
-    gpu: str | None = None
+    adapter: Adapter = "none"
+    lora_rank: Whole = 16
+    sharding: Sharding = "auto"
+    tokens: Amount | None = None
+    samples: Amount | None = None
+    epochs: float = Field(1.0, ge=1e-3, le=1e6, allow_inf_nan=False)
+    deadline_hours: float | None = Field(None, ge=1e-3, le=1e6, allow_inf_nan=False)
+    measured_per_second: Amount | None = Field(None, description="throughput you measured; give measured_gpu")
+    measured_gpu: Gpu | None = None
+    measured_gpu_count: Count = 1
+    preemption_overhead: float = Field(0.10, ge=0, le=5, allow_inf_nan=False)
+    currency: Currency | None = None
+    gpu: GpuOrFamily | None = None
     include_public: bool = True
 
 
@@ -80,7 +137,7 @@ class AdviceResponse(BaseModel):
     options: list[OptionOut]
 
 
-@router.post("/advice", response_model=AdviceResponse)
+@router.post("/advice", response_model=AdviceResponse, responses=errors(400))
 def post_advice(body: AdviceRequest, offers: OffersDep, plans: PlansDep) -> AdviceResponse:
     w_fields = set(AdviceRequest.model_fields) - {
         "deadline_hours",
@@ -125,51 +182,65 @@ class CompareRow(BaseModel):
 
 
 @router.get("/advice/compare", response_model=list[CompareRow])
-def get_compare(gpu: str, hours: float = 1.0, count: int = 1, spot: bool = False) -> list[CompareRow]:
+def get_compare(
+    gpu: Annotated[GpuOrFamily, Query()],
+    hours: Annotated[float, Query(ge=1e-3, le=1e6, allow_inf_nan=False)] = 1.0,
+    count: Annotated[int, Query(ge=1, le=MAX_GPUS)] = 1,
+    spot: bool = False,
+) -> list[CompareRow]:
     return [CompareRow(**r) for r in service.compare(gpu, hours=hours, count=count, spot=spot)]
 
 
-class PlanRequest(BaseModel):
-    gpu: str
-    hours_per_day: float
-    days_per_week: float = 7
-    weeks: float = 4
-    predictability: float = 1.0
-    gpus: int = 1
-    discounts_pct: dict[str, Decimal] = Field(default_factory=dict)
+Percent = Annotated[float, Field(ge=0, lt=100, allow_inf_nan=False)]
 
 
-@router.post("/advice/plan")
+def _dec(value: float) -> Decimal:
+    """A JSON number as the decimal it was written as (0.15 → Decimal("0.15"))."""
+    return Decimal(repr(value))
+
+
+class PlanRequest(Strict):
+    gpu: GpuOrFamily
+    hours_per_day: float = Field(ge=1e-3, le=24, allow_inf_nan=False)
+    days_per_week: float = Field(7, ge=1e-3, le=7, allow_inf_nan=False)
+    weeks: float = Field(4, ge=1e-3, le=520, allow_inf_nan=False)
+    predictability: float = Field(1.0, ge=1e-3, le=1, allow_inf_nan=False)
+    gpus: Count = 1
+    discounts_pct: dict[Annotated[str, Field(max_length=64)], Percent] = Field(default_factory=dict, max_length=16)
+
+
+@router.post("/advice/plan", responses=errors(400))
 def post_plan(body: PlanRequest, offers: OffersDep) -> dict[str, Any]:
     profile = UsageProfile(body.hours_per_day, body.days_per_week, body.weeks, body.predictability)
-    return service.plan_advice(body.gpu, profile, gpus=body.gpus, platform_offers=offers, discounts=body.discounts_pct)
+    discounts = {name: _dec(pct) for name, pct in body.discounts_pct.items()}
+    return service.plan_advice(body.gpu, profile, gpus=body.gpus, platform_offers=offers, discounts=discounts)
 
 
-class BuyRequest(BaseModel):
-    gpu: str
-    purchase_price: str
-    currency: str = "USD"
-    rent_rate: Decimal | None = None
-    kwh_price: Decimal = Decimal("0.15")
-    pue: Decimal = Decimal("1.5")
-    years: int = 3
-    resale_pct: Decimal = Decimal(20)
-    utilisation: Decimal = Decimal("0.5")
-    hosting_per_month: str = "0"
+class BuyRequest(Strict):
+    gpu: Gpu
+    purchase_price: str = Field(pattern=POSITIVE_AMOUNT, description="in `currency`, e.g. 25000")
+    currency: Currency = "USD"
+    rent_rate: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False, description="per GPU-hour")
+    kwh_price: float = Field(0.15, ge=0, le=1000, allow_inf_nan=False)
+    pue: float = Field(1.5, ge=1, le=10, allow_inf_nan=False)
+    years: Annotated[int, Field(ge=1, le=15), WholeNumber] = 3
+    resale_pct: float = Field(20, ge=0, lt=100, allow_inf_nan=False)
+    utilisation: float = Field(0.5, gt=0, le=1, allow_inf_nan=False)
+    hosting_per_month: str = Field("0", pattern=POSITIVE_AMOUNT.replace("^(", "^(0|", 1))
 
 
-@router.post("/advice/buy")
+@router.post("/advice/buy", responses=errors(400))
 def post_buy(body: BuyRequest, offers: OffersDep) -> dict[str, Any]:
     result = service.buy_advice(
         body.gpu,
         purchase_price=body.purchase_price,
         currency=body.currency,
-        rent_rate=body.rent_rate,
-        kwh_price=body.kwh_price,
-        pue=body.pue,
+        rent_rate=None if body.rent_rate is None else _dec(body.rent_rate),
+        kwh_price=_dec(body.kwh_price),
+        pue=_dec(body.pue),
         years=body.years,
-        resale_pct=body.resale_pct,
-        utilisation=body.utilisation,
+        resale_pct=_dec(body.resale_pct),
+        utilisation=_dec(body.utilisation),
         hosting_per_month=body.hosting_per_month,
         platform_offers=offers,
     )

@@ -3,11 +3,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
-from danlu.api.schemas import ImageIn, ImageOut
+from danlu.api.schemas import ImageIn, ImageNamePath, ImageOut, errors
 from danlu.compute import images as svc
 from danlu.core.clock import iso
 
-router = APIRouter(tags=["images"])
+router = APIRouter(tags=["images"], responses=errors(401))
 
 
 def _out(v: svc.ImageView) -> ImageOut:
@@ -22,13 +22,13 @@ def list_images(p: PlatformDep, _user: CurrentUser) -> list[ImageOut]:
     return [_out(v) for v in svc.list_images(p)]
 
 
-@router.post("/admin/images", response_model=ImageOut, status_code=201)
+@router.post("/admin/images", response_model=ImageOut, status_code=201, responses=errors(400, 403, 409))
 def register(body: ImageIn, p: PlatformDep, _admin: AdminUser) -> ImageOut:
     """Import a root filesystem (a folder or a tarball on the server's host) as an image."""
     return _out(svc.register(p, body.name, body.source, body.description))
 
 
-@router.delete("/admin/images/{name}", status_code=204)
-def remove(name: str, p: PlatformDep, _admin: AdminUser) -> Response:
+@router.delete("/admin/images/{name}", status_code=204, responses=errors(403, 404, 409))
+def remove(name: ImageNamePath, p: PlatformDep, _admin: AdminUser) -> Response:
     svc.remove(p, name)
     return Response(status_code=204)

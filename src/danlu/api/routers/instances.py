@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from pydantic import TypeAdapter
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import EventOut, InstanceOut, LogChunk, RentRequest
+from danlu.api.schemas import EventOut, InstanceIdPath, InstanceOut, LogChunk, LogOffset, RentRequest, errors
 from danlu.compute import instances as svc
 from danlu.compute import views
 from danlu.core.clock import iso
 
-router = APIRouter(prefix="/instances", tags=["instances"])
+router = APIRouter(prefix="/instances", tags=["instances"], responses=errors(401))
+_ID = errors(404)
+RUN_STATUSES = (402, 403, 404, 409, 429, 503)  # balance, suspended, not found, state/capacity, quota, sandbox
 
 
 def _wake(request: Request) -> None:
@@ -17,54 +20,59 @@ def _wake(request: Request) -> None:
         loop.wake()
 
 
-@router.post("", response_model=InstanceOut, status_code=201)
+@router.post("", response_model=InstanceOut, status_code=201, responses=errors(400, *RUN_STATUSES))
 def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
     view = svc.rent(
-        p, user, body.gpu_model, body.gpu_count, body.command, body.name, body.interruptible, body.image, body.env
+        p, user, body.gpu_model, body.gpu_count, list(body.command), body.name, body.interruptible, body.image, body.env
     )
     _wake(request)
     return InstanceOut.of(view)
 
 
+LISTING = TypeAdapter(list[InstanceOut])
+
+
 @router.get("", response_model=list[InstanceOut])
 async def list_instances(  # reads only: served on the event loop (see api/deps.py)
     p: PlatformDep, user: CurrentUser, all: bool = False
-) -> list[InstanceOut]:
-    return [InstanceOut.of(v) for v in views.list_instances(p, user, include_destroyed=all)]
+) -> Response:
+    """The JSON bytes are rendered again only when the listing would change (views.render_listing)."""
+    body = views.render_listing(p, user, all, lambda vs: LISTING.dump_json([InstanceOut.of(v) for v in vs]), "json")
+    return Response(body, media_type="application/json")
 
 
-@router.get("/{instance_id}", response_model=InstanceOut)
-async def show(instance_id: str, p: PlatformDep, user: CurrentUser) -> InstanceOut:
+@router.get("/{instance_id}", response_model=InstanceOut, responses=_ID)
+async def show(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> InstanceOut:
     return InstanceOut.of(views.show(p, user, instance_id))
 
 
-@router.post("/{instance_id}/stop", response_model=InstanceOut)
-def stop(instance_id: str, p: PlatformDep, user: CurrentUser) -> InstanceOut:
+@router.post("/{instance_id}/stop", response_model=InstanceOut, responses=errors(404, 409))
+def stop(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> InstanceOut:
     return InstanceOut.of(svc.stop(p, user, instance_id))
 
 
-@router.post("/{instance_id}/start", response_model=InstanceOut)
-def start(instance_id: str, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
+@router.post("/{instance_id}/start", response_model=InstanceOut, responses=errors(*RUN_STATUSES))
+def start(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
     view = svc.start(p, user, instance_id)
     _wake(request)
     return InstanceOut.of(view)
 
 
-@router.delete("/{instance_id}", status_code=204)
-def destroy(instance_id: str, p: PlatformDep, user: CurrentUser) -> Response:
+@router.delete("/{instance_id}", status_code=204, responses=errors(404, 409))
+def destroy(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> Response:
     svc.destroy(p, user, instance_id)
     return Response(status_code=204)
 
 
-@router.get("/{instance_id}/events", response_model=list[EventOut])
-def events(instance_id: str, p: PlatformDep, user: CurrentUser) -> list[EventOut]:
+@router.get("/{instance_id}/events", response_model=list[EventOut], responses=_ID)
+def events(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> list[EventOut]:
     return [
         EventOut(from_status=e.from_status, to_status=e.to_status, reason=e.reason, at=iso(e.at_ms))
         for e in views.events(p, user, instance_id)
     ]
 
 
-@router.get("/{instance_id}/logs", response_model=LogChunk)
-def logs(instance_id: str, p: PlatformDep, user: CurrentUser, offset: int = 0) -> LogChunk:
+@router.get("/{instance_id}/logs", response_model=LogChunk, responses=_ID)
+def logs(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, offset: LogOffset = 0) -> LogChunk:
     text, nxt = views.read_log(p, user, instance_id, offset)
     return LogChunk(text=text, next_offset=nxt)

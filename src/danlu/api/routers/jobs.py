@@ -1,31 +1,80 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Annotated
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import EventOut, LogChunk, Strict
+from danlu.api.schemas import (
+    MAX_SECONDS,
+    PRIORITY,
+    Amount,
+    Command,
+    EnvVars,
+    EventOut,
+    GpuCount,
+    GpuModel,
+    ImageName,
+    JobIdPath,
+    LogChunk,
+    LogOffset,
+    Strict,
+    errors,
+    limited,
+)
 from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 from danlu.scheduling import jobs as svc
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], responses=errors(401, 403))
+_ID = errors(404)
+DEADLINE = (
+    r"^[12][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])$"
+)
+LATEST_DEADLINE = datetime(3000, 1, 1, tzinfo=UTC)
 
 
 class JobIn(Strict):
-    command: list[str]
-    gpus: int = 1
-    gpu_types: list[str] = Field(default_factory=list)
-    max_price: str | None = None
-    deadline: str | None = Field(None, description="ISO-8601 time with a timezone, e.g. 2026-12-03T08:00:00+08:00")
-    est_duration_s: int | None = None
+    command: Command
+    gpus: GpuCount = 1
+    gpu_types: list[GpuModel] = Field(
+        default_factory=list, max_length=16, description="Any of these models (at most 16; none: any priced model)"
+    )
+    max_price: Amount | None = Field(None, description="At most this price per GPU-hour")
+    deadline: (
+        Annotated[
+            str,
+            Field(pattern=DEADLINE),
+            limited(
+                "invalid_deadline",
+                "deadline must be ISO-8601 with a timezone, before the year 3000, e.g. 2026-12-03T08:00:00+08:00",
+                pattern=DEADLINE,
+            ),
+        ]
+        | None
+    ) = Field(
+        None, description="A future ISO-8601 time with a timezone, before the year 3000, e.g. 2026-12-03T08:00:00+08:00"
+    )
+    est_duration_s: (
+        Annotated[
+            int,
+            Field(ge=1, le=MAX_SECONDS),
+            limited("invalid_duration", f"--est-duration is 1 to {MAX_SECONDS} seconds", lo=1, hi=MAX_SECONDS),
+        ]
+        | None
+    ) = None
     interruptible: bool = False
-    priority: str = "normal"
-    image: str = Field("host", max_length=64)
-    env: dict[str, str] = Field(default_factory=dict)
+    priority: Annotated[
+        str,
+        Field(pattern=f"^({PRIORITY})$"),
+        limited("invalid_priority", f"--priority is one of {PRIORITY.replace('|', ', ')}", pattern=f"^({PRIORITY})$"),
+    ] = "normal"
+    image: ImageName = "host"
+    env: EnvVars = Field(default_factory=dict)
 
 
 class JobOut(BaseModel):
@@ -81,17 +130,19 @@ def _deadline_ms(text: str | None) -> int | None:
         raise InvalidInput("invalid_deadline", "deadline must be ISO-8601, e.g. 2026-12-03T08:00:00+08:00") from None
     if when.tzinfo is None:
         raise InvalidInput("invalid_deadline", "give the deadline's timezone, e.g. +08:00 or Z")
+    if when >= LATEST_DEADLINE:  # issue 8: year 9999 at -14:00 was saved and broke every listing
+        raise InvalidInput("invalid_deadline", "the deadline must be before the year 3000 (UTC)")
     return int(when.timestamp() * 1000)
 
 
-@router.post("", response_model=JobOut, status_code=201)
+@router.post("", response_model=JobOut, status_code=201, responses=errors(400, 402, 404, 429, 503))
 def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> JobOut:
     view = svc.submit(
         p,
         user,
-        body.command,
+        list(body.command),
         body.gpus,
-        body.gpu_types,
+        list(body.gpu_types),
         body.max_price,
         _deadline_ms(body.deadline),
         body.est_duration_s,
@@ -111,25 +162,25 @@ def list_jobs(p: PlatformDep, user: CurrentUser) -> list[JobOut]:
     return [JobOut.of(v) for v in svc.list_jobs(p, user)]
 
 
-@router.get("/{job_id}", response_model=JobOut)
-def show(job_id: str, p: PlatformDep, user: CurrentUser) -> JobOut:
+@router.get("/{job_id}", response_model=JobOut, responses=_ID)
+def show(job_id: JobIdPath, p: PlatformDep, user: CurrentUser) -> JobOut:
     return JobOut.of(svc.show(p, user, job_id))
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: str, p: PlatformDep, user: CurrentUser) -> JobOut:
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=errors(404, 409))
+def cancel(job_id: JobIdPath, p: PlatformDep, user: CurrentUser) -> JobOut:
     return JobOut.of(svc.cancel(p, user, job_id))
 
 
-@router.get("/{job_id}/events", response_model=list[EventOut])
-def events(job_id: str, p: PlatformDep, user: CurrentUser) -> list[EventOut]:
+@router.get("/{job_id}/events", response_model=list[EventOut], responses=_ID)
+def events(job_id: JobIdPath, p: PlatformDep, user: CurrentUser) -> list[EventOut]:
     return [
         EventOut(from_status=e.from_status, to_status=e.to_status, reason=e.reason, at=iso(e.at_ms))
         for e in svc.events(p, user, job_id)
     ]
 
 
-@router.get("/{job_id}/logs", response_model=LogChunk)
-def logs(job_id: str, p: PlatformDep, user: CurrentUser, offset: int = 0) -> LogChunk:
+@router.get("/{job_id}/logs", response_model=LogChunk, responses=_ID)
+def logs(job_id: JobIdPath, p: PlatformDep, user: CurrentUser, offset: LogOffset = 0) -> LogChunk:
     text, nxt = svc.read_log(p, user, job_id, offset)
     return LogChunk(text=text, next_offset=nxt)

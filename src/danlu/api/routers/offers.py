@@ -1,20 +1,26 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from pydantic import TypeAdapter
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import OfferOut
-from danlu.compute.offers import list_offers
+from danlu.api.schemas import Amount, GpuModel, OfferOut, errors
+from danlu.compute.offers import render_offers
 
-router = APIRouter(tags=["offers"])
+router = APIRouter(tags=["offers"], responses=errors(401))
+OFFERS = TypeAdapter(list[OfferOut])
 
 
 @router.get("/offers", response_model=list[OfferOut])
 async def get_offers(  # reads only: served on the event loop (see api/deps.py)
     p: PlatformDep,
     _user: CurrentUser,
-    gpu: str | None = None,
-    min_vram: int | None = Query(default=None, description="minimum VRAM in GB"),
-    max_price: str | None = Query(default=None, description="maximum price per GPU-hour, e.g. 12.50"),
-) -> list[OfferOut]:
-    return [OfferOut.of(o) for o in list_offers(p, gpu, min_vram, max_price)]
+    gpu: Annotated[GpuModel | None, Query()] = None,
+    min_vram: Annotated[int | None, Query(ge=0, le=1_000_000, description="minimum VRAM in GB")] = None,
+    max_price: Annotated[Amount | None, Query(description="maximum price per GPU-hour, e.g. 12.50")] = None,
+) -> Response:
+    """The JSON bytes are rendered again only when the offers were read again (offers.render_offers)."""
+    body = render_offers(p, lambda os: OFFERS.dump_json([OfferOut.of(o) for o in os]), gpu, min_vram, max_price, "json")
+    return Response(body, media_type="application/json")
