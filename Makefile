@@ -33,11 +33,13 @@ fuzz: $(STAMP) system-deps
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -s -p no:cacheprovider --timeout 0 tests/api/test_fuzz.py
 
 bench: $(STAMP) system-deps
+	@tools/install-system-deps.sh wrk:wrk
 	$(BIN)/python benchmarks/api_latency.py
 	$(BIN)/python benchmarks/metering.py
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
 	$(BIN)/python benchmarks/stop_release.py
+	$(BIN)/python benchmarks/api_throughput.py
 
 # The kill -9 drill at length (CI runs 20 kills per database in the test suite).
 KILLS ?= 100

@@ -3,9 +3,10 @@
 # (the "outbound" network policy), util-linux (setpriv, prlimit, nsenter, unshare) and, for the
 # tests, busybox-static (a tiny image). Installed only where missing and only when we can (root
 # with apt); otherwise the server says what it lacks and falls back as documented.
+# Extra command:package pairs may follow (`make bench` adds wrk:wrk).
 set -u
 need=()
-for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static; do
+for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static "$@"; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
