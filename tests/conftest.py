@@ -143,6 +143,26 @@ def make_platform(
     return p, boot.admin_token or (data_dir / "admin-token").read_text().strip()
 
 
+def end_runs(p: Platform) -> None:
+    """A test's runs must not outlive it (a server's runs outlive the server by design, so the
+    fixtures end them): kill and release every run the database says has a process."""
+    from sqlalchemy import select
+
+    from danlu.compute.lifecycle import HAS_PROCESS
+    from danlu.db.models import Instance
+
+    with p.db.read() as s:
+        rows = s.execute(
+            select(Instance.id, Instance.run_handle).where(Instance.status.in_([st.value for st in HAS_PROCESS]))
+        ).all()
+    for inst_id, handle in rows:
+        if handle is None:
+            p.backend.discard(inst_id)
+        else:
+            p.backend.kill(handle)
+            p.backend.release(handle)
+
+
 @pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
@@ -152,6 +172,7 @@ def fake_clock() -> FakeClock:
 def platform(db_url: str, tmp_path: Path, fake_clock: FakeClock) -> Iterator[Platform]:
     p, _ = make_platform(db_url, tmp_path / "data", fake_clock)
     yield p
+    end_runs(p)
     p.db.engine.dispose()
 
 
@@ -192,6 +213,7 @@ class LiveServer:
             self.loop.stop()
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        end_runs(self.platform)
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
