@@ -9,14 +9,16 @@ from typing import Any
 
 import fastapi_offline
 from fastapi import Depends, FastAPI
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 
 from danlu import __version__
 from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
-from danlu.api.deps import get_current_user
+from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
 from danlu.billing.accounts import currency
@@ -85,7 +87,8 @@ def install_docs(app: FastAPI) -> None:
 
 def install_openapi(app: FastAPI, platform: Platform) -> None:
     """The OpenAPI document, stating money amounts with this deployment's decimal places (the
-    models' own patterns allow up to 6; parse_amount then holds each to the currency's)."""
+    models' own patterns allow up to 6; parse_amount then holds each to the currency's), and the
+    bearer scheme on every operation that needs a token."""
     default = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -96,10 +99,28 @@ def install_openapi(app: FastAPI, platform: Platform) -> None:
             swap = {AMOUNT: amount_pattern(exp), POSITIVE_AMOUNT: amount_pattern(exp, positive=True)}
             swap[POSITIVE_AMOUNT.replace("^(", "^(0|", 1)] = amount_pattern(exp, positive=True).replace("^(", "^(0|", 1)
             _swap_patterns(doc, swap)
+            _declare_bearer(app, doc)
             app.openapi_schema = doc
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _declare_bearer(app: FastAPI, doc: dict[str, Any]) -> None:
+    doc.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = BEARER_SCHEME
+    for ctx in iter_route_contexts(app.routes):
+        route = ctx.original_route
+        if not isinstance(route, APIRoute):
+            continue
+        if _needs_token(getattr(ctx, "dependant", route.dependant)):
+            for method in ctx.methods or ():
+                op = doc["paths"].get(str(ctx.path), {}).get(method.lower())
+                if op is not None:
+                    op["security"] = [{"bearer": []}]
+
+
+def _needs_token(dependant: Dependant) -> bool:
+    return any(d.call is get_current_user or _needs_token(d) for d in dependant.dependencies)
 
 
 def _swap_patterns(node: object, swap: dict[str, str]) -> None:
