@@ -584,6 +584,19 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
     os.chmod(work, 0o711)  # renters' uids must traverse to their workspaces (see sandbox_dir_for)
     data = work / "data"
     db = args.db or f"sqlite:///{data / 'danlu.db'}"
+    if args.db:  # the checks read every row: another deployment's (or an earlier drill's) would count
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(args.db)
+        try:
+            used = sa.inspect(engine).has_table("instances")
+        finally:
+            engine.dispose()
+        if used:
+            raise SystemExit(
+                "--db must be an empty database; for PostgreSQL create a schema and pass "
+                "...?options=-csearch_path%3DSCHEMA (the test suite does this for you)"
+            )
     uid_lo = 3_000_000 + (os.getpid() % 5000) * 100  # apart from other servers' renters on this host
     uid_hi = uid_lo + 99
     server = Server(db, data, free_port(), f"{uid_lo}-{uid_hi}", work / "server.log", args.tick)
@@ -706,7 +719,7 @@ def table(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--kills", type=int, default=20, help="how many times the server is SIGKILLed (default 20)")
-    ap.add_argument("--db", default="", help="SQLAlchemy URL (default: SQLite in a fresh data directory)")
+    ap.add_argument("--db", default="", help="URL of an EMPTY database (default: SQLite in a fresh data folder)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the operations and kill moments")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--ops", type=int, default=3, help="most operations between two kills (default 3)")
