@@ -7,6 +7,7 @@ variants are skipped with a message, except under CI=true, where they fail inste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -80,6 +81,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'danlu.db'}"
         return
+    with fresh_pg_schema() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_pg_schema() -> Iterator[str]:
+    """A URL of a new, empty PostgreSQL schema, dropped afterwards (skips or fails as the suite's
+    PostgreSQL rule says when no server is reachable)."""
     _pg_or_skip()
     import psycopg
 
@@ -88,9 +97,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with psycopg.connect(raw, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     sep = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(raw, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    try:
+        yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(raw, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 _SANDBOX_BASE = Path(tempfile.gettempdir()) / f"danlu-test-sandboxes-{os.getpid()}"

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import random
-import secrets
 import shutil
 import signal
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import PG_URL, REPO, _pg_or_skip, require_sandbox
+from tests.conftest import REPO, fresh_pg_schema, require_sandbox
 
 KILLS = 20
 SEED = int(os.environ.get("DANLU_DRILL_SEED", "8"))
@@ -37,17 +36,8 @@ def drill_db(request: pytest.FixtureRequest) -> Iterator[str]:
     if kind == "sqlite":
         yield ""  # the drill puts SQLite in its own data directory
         return
-    _pg_or_skip()
-    import psycopg
-
-    schema = "t_" + secrets.token_hex(6)
-    raw = PG_URL.replace("postgresql+psycopg", "postgresql")
-    with psycopg.connect(raw, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(raw, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with fresh_pg_schema() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
