@@ -277,3 +277,25 @@ def test_a_reconcile_pass_between_commit_and_launch_does_not_fail_the_rental(p: 
     view = instances.rent(p, user, "T4", 1, ["sleep", "1000"])
     assert view.status == "running", view.status_reason
     assert executor.last() in executor.started
+
+
+def test_a_suspension_during_a_launch_stops_the_new_rental(p: Platform) -> None:
+    """Found in review: the suspension sweeps running instances only, and a launch in flight then
+    set its instance running, so a suspended renter kept a billed sandbox."""
+    from danlu.compute import operator
+
+    user = renter(p)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    original = executor.launch
+
+    def suspended_meanwhile(spec: RunSpec) -> str:
+        handle = original(spec)
+        operator.suspend_user(p, "rae", "abuse report")
+        return handle
+
+    executor.launch = suspended_meanwhile  # type: ignore[method-assign]
+    view = instances.rent(p, user, "T4", 1, ["sleep", "1000"])
+    assert (view.status, view.status_reason) == ("stopped", "account suspended: abuse report")
+    assert executor.last() not in executor.started and (executor.last(), "kill") in executor.signals
+    assert free_gpus(p) == 4

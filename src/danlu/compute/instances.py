@@ -198,8 +198,15 @@ def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
                 transition(s, inst, Status.FAILED, f"could not start: {error}", now, "launch", billing_end_ms=0)
             return
         alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
+        # Waits for a suspension being committed (it sweeps only running instances, not this one).
+        suspended = s.execute(
+            select(User.suspended_reason).where(User.id == inst.user_id).with_for_update()
+        ).scalar_one()
         if inst.status != Status.PENDING:
             kill = True  # destroyed (or stopped) while the run was being prepared: it must not run
+        elif suspended is not None:
+            kill = True  # the operator suspended the renter while the run was being prepared
+            transition(s, inst, Status.STOPPED, f"account suspended: {suspended}", now, "launch")
         elif alloc is None or alloc.settled:
             kill = True  # the balance ran out while the run was being prepared
             transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
