@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy import inspect
+from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.orm.instrumentation import manager_of_class
 
-from danlu.accounts.service import authenticate
+from danlu.accounts.service import authenticate, hash_token
+from danlu.compute.views import CURRENT_USERS
 from danlu.context import Platform
 from danlu.core.errors import Forbidden
 from danlu.db.models import User
@@ -34,13 +38,6 @@ async def get_current_user(request: Request) -> User:
     """Runs on the event loop, not in the thread pool: a read by indexed key never blocks (SQLite
     WAL readers do not wait for writers; PostgreSQL reads are MVCC), and skipping the thread hop
     is most of the cost of a small request."""
-    from sqlalchemy import inspect
-    from sqlalchemy.orm import make_transient_to_detached
-    from sqlalchemy.orm.instrumentation import manager_of_class
-
-    from danlu.accounts.service import hash_token
-    from danlu.compute.views import CURRENT_USERS
-
     p: Platform = request.app.state.platform
     authorization = request.headers.get("authorization")
     token = None

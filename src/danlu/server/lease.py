@@ -90,12 +90,12 @@ class Lease:
                 .execution_options(synchronize_session=False)
             ).rowcount  # type: ignore[attr-defined]
             if taken == 0 and s.get(LeaseRow, self.name) is None:
-                s.add(LeaseRow(name=self.name, holder=self.holder, token=token, expires_at_ms=now + self.ttl_ms))
                 try:
-                    s.flush()
+                    with s.begin_nested():  # a savepoint: losing the race leaves the transaction usable
+                        row = LeaseRow(name=self.name, holder=self.holder, token=token, expires_at_ms=now + self.ttl_ms)
+                        s.add(row)
                     taken = 1
                 except IntegrityError:  # another server inserted it first
-                    s.rollback()
                     taken = 0
         if taken:
             self.token, self._said_waiting = token, False

@@ -73,8 +73,8 @@ class ControlLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.run_once()
-            wait = FAST_TICK_S if self.waiting_on_stops else self.p.settings.tick_interval_s
-            self._wake.wait(min(wait, self.p.settings.tick_interval_s))
+            tick = self.p.settings.tick_interval_s
+            self._wake.wait(min(FAST_TICK_S, tick) if self.waiting_on_stops else tick)
             self._wake.clear()
 
     def start(self) -> None:

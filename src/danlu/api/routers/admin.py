@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Header
@@ -77,20 +78,7 @@ def gpu_quota(name: UserNamePath, body: QuotaIn, p: PlatformDep, _admin: AdminUs
 @router.get("/gpus", response_model=list[GpuOut])
 def list_gpus(p: PlatformDep, _admin: AdminUser) -> list[GpuOut]:
     """Every GPU of every host, marked simulated or real, with the instance holding it."""
-    return [
-        GpuOut(
-            host=g.host,
-            index=g.index,
-            uuid=g.uuid,
-            model=g.model,
-            nvml_name=g.nvml_name,
-            vram_mb=g.vram_mb,
-            simulated=g.simulated,
-            present=g.present,
-            instance_id=g.instance_id,
-        )
-        for g in inventory.list_gpus(p)
-    ]
+    return [GpuOut(**asdict(g)) for g in inventory.list_gpus(p)]
 
 
 @router.put("/prices/{gpu_model}", response_model=PriceOut, responses=errors(400))
