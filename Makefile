@@ -36,6 +36,8 @@ bench: $(STAMP) system-deps
 	@tools/install-system-deps.sh wrk:wrk
 	$(BIN)/python benchmarks/api_latency.py
 	$(BIN)/python benchmarks/metering.py
+	$(BIN)/python benchmarks/invoices.py
+	$(BIN)/python benchmarks/rater.py
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
 	$(BIN)/python benchmarks/stop_release.py

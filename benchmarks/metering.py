@@ -44,7 +44,8 @@ from sqlalchemy.exc import DBAPIError
 
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
-from danlu.billing.rating import billable_seconds, cumulative_cost
+from danlu.billing.pricing import Plan
+from danlu.billing.rating import Rate, billable_seconds, cumulative_cost
 from danlu.compute import instances as svc
 from danlu.compute.gpus import parse_simulated_spec
 from danlu.compute.lifecycle import HAS_PROCESS
@@ -279,14 +280,16 @@ def check_books(p: Platform) -> Books:
             b.billed_until_mismatch += 1
         expected = billable_seconds(a.started_at_ms, a.ended_at_ms)
         b.seconds_expected += expected
-        b.money_expected_minor += cumulative_cost(a.price_per_hour_minor, a.gpu_count, expected)
+        b.money_expected_minor += cumulative_cost(
+            Rate(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, Plan(a.plan)), expected
+        )
         b.money_billed_minor += a.billed_minor
 
         def sec(t: int, a: Allocation = a) -> int:
             return billable_seconds(a.started_at_ms, t)
 
         def cost(seconds: int, a: Allocation = a) -> int:
-            return cumulative_cost(a.price_per_hour_minor, a.gpu_count, seconds)
+            return cumulative_cost(Rate(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, Plan(a.plan)), seconds)
 
         cursor = a.started_at_ms
         for start, end, amount in sorted(rows.get(a.id, [])):

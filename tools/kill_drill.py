@@ -51,7 +51,8 @@ import psutil
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from danlu.billing.rating import billable_seconds, cumulative_cost
+from danlu.billing.pricing import Plan
+from danlu.billing.rating import Rate, billable_seconds, cumulative_cost
 from danlu.db.models import (
     Account,
     Allocation,
@@ -420,7 +421,7 @@ def check_billing(rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, lis
         secs = billable_seconds(a.started_at_ms, a.ended_at_ms)
         truth_s += secs
         billed_s += billable_seconds(a.started_at_ms, min(a.billed_until_ms, a.ended_at_ms))
-        want = cumulative_cost(a.price_per_hour_minor, a.gpu_count, secs)
+        want = cumulative_cost(Rate(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, Plan(a.plan)), secs)
         if a.billed_until_ms != a.ended_at_ms:
             v["billing"].append(f"{tag}: billed until {a.billed_until_ms}, ended at {a.ended_at_ms}")
         if a.billed_minor != want:
@@ -535,18 +536,20 @@ def check_ledger(rows: Rows, v: dict[str, list[str]]) -> None:
                 f"its entries sum to {per_account.get(acc.id, 0)}"
             )
     usage_tx = {tx.id for tx in rows.transactions if tx.kind == "usage"}
-    owner_of = {acc.id: acc.user_id for acc in rows.accounts if acc.kind == "user"}
+    # What each payer paid for usage (cash and vouchers) equals what its allocations were billed.
+    owner_of = {acc.id: acc.billing_account_id for acc in rows.accounts if acc.kind in ("cash", "voucher")}
     debited: dict[int, int] = defaultdict(int)
     for e in rows.entries:
         if e.transaction_id in usage_tx and e.account_id in owner_of:
             debited[int(owner_of[e.account_id] or 0)] -= e.amount_minor
     billed: dict[int, int] = defaultdict(int)
     for a in rows.allocations:
-        billed[a.user_id] += a.billed_minor
-    for user in rows.users:
-        if debited.get(user.id, 0) != billed.get(user.id, 0):
+        billed[a.billing_account_id] += a.billed_minor
+    for payer in sorted(set(debited) | set(billed)):
+        if debited.get(payer, 0) != billed.get(payer, 0):
             v["ledger"].append(
-                f"user {user.name}: usage debits {debited.get(user.id, 0)}, allocations billed {billed.get(user.id, 0)}"
+                f"billing account {payer}: usage debits {debited.get(payer, 0)}, "
+                f"allocations billed {billed.get(payer, 0)}"
             )
 
 

@@ -31,6 +31,8 @@ class Settings:
     # Where what sandboxes bind lives (workspaces, job folders, control folders, images, simulated
     # devices); it and its ancestors must be traversable by renters' uids. Default: data_dir.
     sandbox_dir: Path | None = None
+    timezone: str = "UTC"  # the deployment's zone: invoice periods are its calendar months
+    invoice_grace_s: int = 3 * 86400  # a month's invoice is finalised this long after the month ends
 
     def __post_init__(self) -> None:
         if self.meter_interval_s >= self.min_prepaid_seconds:

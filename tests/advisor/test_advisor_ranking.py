@@ -14,6 +14,7 @@ from danlu.advisor.plan_recommender import UsageProfile, recommend_plan
 from danlu.advisor.plans import PLAN_PRICERS, PlatformOffer, PlatformPlans
 from danlu.advisor.rent_buy import BuyInputs, rent_or_buy
 from danlu.advisor.workload import build_workload
+from danlu.billing.rating import Rate, cumulative_cost
 from danlu.catalog import prices
 from danlu.core.errors import InvalidInput
 
@@ -38,9 +39,11 @@ def test_currencies_are_never_mixed_and_platform_currency_ranks_first() -> None:
     assert res.options[0].currency == "CNY" and res.options[0].provider == "this platform"
     assert {o.currency for o in res.options} == {"CNY", "USD"}
     cny = [o for o in res.options if o.currency == "CNY" and o.fits]
-    # 2 × H100 on demand at ¥25/GPU-h: cost = hours × 2 × 2500 fen (rounded once)
+    # 2 × H100 on demand at ¥25/GPU-h: what the meter would charge for those whole seconds (the
+    # platform's one rater: 2 × 2500 fen per hour, rounded once)
     od2 = next(o for o in cny if o.plan == "on-demand" and o.gpu_count == 2)
-    assert od2.cost_minor == round(Decimal(repr(round(od2.hours, 6))) * 2 * 2500)
+    assert od2.cost_minor == cumulative_cost(Rate(2500, 2, 0), round(od2.hours * 3600))
+    assert od2.cost_minor == round(Decimal(round(od2.hours * 3600)) * 2 * 2500 / 3600)
     intr = next(o for o in cny if o.plan == "interruptible" and o.gpu_count == 2)
     assert intr.hours == pytest.approx(od2.hours * 1.10)
 

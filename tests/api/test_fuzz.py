@@ -57,6 +57,9 @@ STATEFUL_422 = {
     "PUT /api/v1/admin/prices/{gpu_model}": "the interruptible price must not exceed the on-demand price",
     "POST /api/v1/admin/users/{name}/suspend": "the operator's own account cannot be suspended",
     "PUT /api/v1/admin/hosts/{name}": "outbound network only where this host can give it",
+    "POST /api/v1/admin/voucher-campaigns": "until must be a real date after now (the clock, the calendar)",
+    "PUT /api/v1/budgets": "neither soft nor hard, or both member and instance (invalid_budget, invalid_budget_scope)",
+    "POST /api/v1/admin/tariffs": "a window whose from equals its to (invalid_tariff)",
 }
 
 

@@ -30,11 +30,23 @@ from sqlalchemy import select
 
 from danlu.api.deps import get_admin
 from danlu.core.clock import FakeClock
-from danlu.db.models import Account, Allocation, Gpu, Instance, Job, LedgerEntry, LedgerTransaction, User
+from danlu.db.models import (
+    Account,
+    Allocation,
+    Budget,
+    Gpu,
+    Instance,
+    Job,
+    LedgerEntry,
+    LedgerTransaction,
+    TeamMember,
+    User,
+    VoucherGrant,
+)
 from tests.conftest import LiveServer, make_platform, require_sandbox, wait_for
 
 ID_PARAM = re.compile(r"\{(\w+_id)(?::\w+)?\}")
-
+FAKE_IDS = {"job_id": "j-0000000000", "budget_id": "987654321"}  # ids of no object; others are instances
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
 SAMPLE_FIELDS: dict[str, Any] = {
     "command": ["sh", "-c", "echo intruder; sleep 600"],
@@ -46,6 +58,18 @@ SAMPLE_FIELDS: dict[str, Any] = {
     "reason": "cross-tenant drill",
     "name": "intruder",
     "source": "/nonexistent/rootfs",
+    "valid_for": "72h",
+    "on": "manual",
+    "user": "tenant-b",
+    "role": "owner",
+    "code": "INTRUDER-CODE",
+    "team": "a-team",
+    "percent": "20",
+    "days": ["mon"],
+    "from_": "23:00",
+    "to": "08:00",
+    "multiplier": "0.5",
+    "institution": "Intruder University",
 }
 
 
@@ -140,6 +164,7 @@ class World:
     a: httpx.Client
     b: httpx.Client
     a_name: str
+    team: str  # A's team, with A's member M renting and running a job on it
     objects: dict[str, list[str]] = field(default_factory=dict)  # id parameter name -> A's objects
     a_views: list[str] = field(default_factory=list)  # A's own GETs that show A's objects
 
@@ -161,6 +186,30 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         stopped = a.post("/instances", json={"gpu_model": "A100-80GB", "command": cmd, "name": "a-stopped"})
         assert running.status_code == 201 and stopped.status_code == 201, (running.text, stopped.text)
         rid, sid = running.json()["id"], stopped.json()["id"]
+        # A's team: A owns it, member M rents and runs a job on the team's account; B is outside.
+        m = live.new_user("team-member", topup=None)
+        assert a.post("/teams", json={"name": "a-team"}).status_code == 201
+        assert a.post("/teams/a-team/members", json={"user": "team-member", "role": "member"}).status_code == 201
+        with live.admin() as adm:
+            assert adm.post("/admin/teams/a-team/topup", json={"amount": "100.00"}).status_code == 200
+            gift = {"name": "matrix-gift", "amount": "1.00", "valid_for": "7d", "on": "manual"}
+            assert adm.post("/admin/voucher-campaigns", json=gift).status_code == 201
+            assert adm.post("/admin/voucher-campaigns/matrix-gift/grant", json={"team": "a-team"}).status_code == 201
+        team_rent = m.post(
+            "/instances", json={"gpu_model": "A100-80GB", "command": cmd, "name": "t-run", "team": "a-team"}
+        )
+        assert team_rent.status_code == 201, team_rent.text
+        tid = team_rent.json()["id"]
+        team_job = m.post(
+            "/jobs",
+            json={
+                "command": ["sh", "-c", "echo job-of-team; exec sleep 600"],
+                "gpu_types": ["A100-80GB"],
+                "team": "a-team",
+            },
+        )
+        assert team_job.status_code == 201, team_job.text
+        tjid = team_job.json()["id"]
         wait_for(lambda: "hello-from-a" in a.get(f"/instances/{sid}/logs").json()["text"])
         assert a.post(f"/instances/{sid}/stop").status_code == 200
         wait_for(lambda: a.get(f"/instances/{sid}").json()["status"] == "stopped")
@@ -168,21 +217,32 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         assert job.status_code == 201, job.text
         jid = job.json()["id"]
         wait_for(lambda: a.get(f"/jobs/{jid}").json()["status"] == "running")
+        wait_for(lambda: a.get(f"/jobs/{tjid}").json()["status"] == "running")
         wait_for(lambda: "hello-from-a" in a.get(f"/instances/{rid}/logs").json()["text"])
         wait_for(lambda: "job-of-a" in a.get(f"/jobs/{jid}/logs").json()["text"])
         with p.db.read() as s:
             run_id = s.scalars(select(Instance.id).where(Instance.job_id == jid)).one()
+            team_run_id = s.scalars(select(Instance.id).where(Instance.job_id == tjid)).one()
         # Time passes once, so A has billed seconds and usage in the ledger, then stands still:
         # every snapshot below must be identical unless an intruder's call changed something.
         clock.advance(30)
         wait_for(lambda: a.get(f"/instances/{rid}").json()["billed_seconds"] == 30)
         wait_for(lambda: any(e.get("kind") == "usage" for e in a.get("/ledger").json()))
+        budgets = [
+            a.put("/budgets", json={"instance": rid, "hard": "50.00"}),
+            a.put("/budgets", params={"team": "a-team"}, json={"member": "team-member", "soft": "20.00"}),
+        ]
+        assert all(r.status_code == 200 for r in budgets), [r.text for r in budgets]
         app = live.server.config.app
         assert isinstance(app, FastAPI)
-        w = World(live=live, app=app, a=a, b=b, a_name="tenant-a")
+        w = World(live=live, app=app, a=a, b=b, a_name="tenant-a", team="a-team")
         # Each id parameter a route may carry -> A's real objects of that kind. A new kind of id in
         # a route fails test_every_id_route_is_covered until it gets its fixture objects here.
-        w.objects = {"instance_id": [rid, sid, run_id], "job_id": [jid]}
+        w.objects = {
+            "instance_id": [rid, sid, run_id, tid, team_run_id],
+            "job_id": [jid, tjid],
+            "budget_id": [str(r.json()["id"]) for r in budgets],
+        }
         w.a_views = [
             "/instances",
             "/instances?all=true",
@@ -192,15 +252,27 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "/balance",
             "/ledger",
             "/me",
+            *(f"/instances/{tid}{suffix}" for suffix in ("", "/events")),
+            f"/jobs/{tjid}",
+            "/teams",
+            "/teams/a-team",
+            "/balance?team=a-team",
+            "/ledger?team=a-team",
+            "/vouchers?team=a-team",
+            "/budgets",
+            "/budgets?team=a-team",
         ]
         try:
             yield w
         finally:
-            for iid in (rid, sid):
+            for iid in (rid, sid, tid):
                 a.delete(f"/instances/{iid}")
             a.post(f"/jobs/{jid}/cancel")
+            a.post(f"/jobs/{tjid}/cancel")
             # The run must be gone before the server is: a run outlives a stopped server by design.
             wait_for(lambda: a.get(f"/jobs/{jid}").json()["status"] == "cancelled")
+            wait_for(lambda: a.get(f"/jobs/{tjid}").json()["status"] == "cancelled")
+            m.close()
             a.close()
             b.close()
     p.db.engine.dispose()
@@ -224,10 +296,21 @@ def db_state(live: LiveServer) -> dict[str, Any]:
             ],
             "gpus": [(g.id, g.allocation_id) for g in s.scalars(select(Gpu).order_by(Gpu.id))],
             "users": [
-                (u.id, u.name, u.token_hash, u.suspended_reason, u.gpu_quota, u.credit_limit_minor)
+                (u.id, u.name, u.token_hash, u.suspended_reason, u.gpu_quota, u.default_team_id)
                 for u in s.scalars(select(User).order_by(User.id))
             ],
             "accounts": [(x.id, x.balance_minor) for x in s.scalars(select(Account).order_by(Account.id))],
+            "team_members": [
+                (t.team_id, t.user_id, t.role, t.gpu_quota)
+                for t in s.scalars(select(TeamMember).order_by(TeamMember.id))
+            ],
+            "voucher_grants": [
+                (g.id, g.billing_account_id) for g in s.scalars(select(VoucherGrant).order_by(VoucherGrant.id))
+            ],
+            "budgets": [
+                (b.id, b.billing_account_id, b.scope, b.period, b.soft_minor, b.hard_minor)
+                for b in s.scalars(select(Budget).order_by(Budget.id))
+            ],
             "transactions": len(s.scalars(select(LedgerTransaction.id)).all()),
             "entries": len(s.scalars(select(LedgerEntry.id)).all()),
         }
@@ -244,7 +327,11 @@ def _by_id(body: Any) -> Any:
 def snapshot(w: World) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for who, client in (("A", w.a), ("B", w.b)):
-        views = w.a_views if who == "A" else ["/instances?all=true", "/jobs", "/balance", "/ledger", "/me"]
+        views = (
+            w.a_views
+            if who == "A"
+            else ["/instances?all=true", "/jobs", "/balance", "/ledger", "/me", "/teams", "/vouchers"]
+        )
         for path in views:
             r = client.get(path)
             seen[f"{who} GET {path}"] = (r.status_code, _by_id(r.json()))
@@ -325,7 +412,7 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
         if err["code"] == "not_found" and "no such endpoint" in err["message"]:
             return "the route itself was not found: the matrix built a wrong path"
         # The same answer as for an object that does not exist: nothing about A's object leaks.
-        fake = {p: ("j-" if p == "job_id" else "i-") + "0000000000" for p in values}
+        fake = {p: FAKE_IDS.get(p, "i-0000000000") for p in values}
         r2 = call(world.b, route, fake)
         ghost = _error(r2) if r2.status_code == 404 else {"code": f"status {r2.status_code}", "message": ""}
         masked = err["message"]
@@ -336,7 +423,7 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
         return None
 
     run_checked(world, calls, expect)
-    a_ids = {i for ids in world.objects.values() for i in ids}
+    a_ids = {i for kind, ids in world.objects.items() if kind != "budget_id" for i in ids}  # not small numbers
     for path in ("/instances?all=true", "/jobs", "/ledger?limit=1000", "/admin/sandboxes"):
         text = world.b.get(path).text
         assert not any(i in text for i in a_ids), f"tenant B's {path} shows tenant A's objects: {text[:300]}"
@@ -357,7 +444,16 @@ def test_operator_routes_answer_403_to_a_tenant_and_change_nothing(world: World)
         f"routes under /admin that a non-admin may call: {sorted(under_admin - {str(r) for r in admin_routes})}"
     )
     # Path values aimed at A (the most damaging target) or at real host objects.
-    by_segment = {"users": world.a_name, "hosts": "local", "images": "host", "prices": "T4"}
+    by_segment = {
+        "users": world.a_name,
+        "hosts": "local",
+        "images": "host",
+        "prices": "T4",
+        "teams": world.team,
+        "voucher-campaigns": "matrix-gift",
+        "student": world.a_name,
+        "tariffs": "1",
+    }
     calls: list[tuple[RouteInfo, dict[str, str]]] = []
     for route in admin_routes:
         values: dict[str, str] = {}
@@ -378,3 +474,30 @@ def test_operator_routes_answer_403_to_a_tenant_and_change_nothing(world: World)
 
     run_checked(world, calls, expect)
     assert {str(r) for r, _ in calls} == {str(r) for r in admin_routes}
+
+
+def test_another_teams_routes_answer_404_and_change_nothing(world: World) -> None:
+    """Every route naming a team (``/teams/{name}...``), called by B, outside A's team, on it:
+    404 ``team_not_found``, as for a team that does not exist, and nothing changes."""
+    routes = [r for r in route_table(world.app) if r.path.startswith("/api/v1/teams/{") and not r.admin_only]
+    assert routes, "no team route found"
+    calls = [
+        (r, {"name": world.team, **({"user_name": world.a_name} if "user_name" in r.path_params else {})})
+        for r in routes
+    ]
+
+    def expect(route: RouteInfo, values: dict[str, str], r: httpx.Response) -> str | None:
+        if r.status_code != 404 or _error(r)["code"] != "team_not_found":
+            return f"answered {r.status_code} {r.text[:200]}, not 404 team_not_found"
+        ghost = call(world.b, route, {**values, "name": "no-such-team"})
+        if (ghost.status_code, _error(ghost)["message"].replace("no-such-team", world.team)) != (
+            404,
+            _error(r)["message"],
+        ):
+            return f"answers differently for a team that does not exist: {ghost.text[:200]}"
+        return None
+
+    run_checked(world, calls, expect)
+    for path in (f"/balance?team={world.team}", f"/ledger?team={world.team}", f"/vouchers?team={world.team}"):
+        r = world.b.get(path)
+        assert r.status_code == 404 and _error(r)["code"] == "team_not_found", (path, r.text)

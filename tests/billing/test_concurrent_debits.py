@@ -103,3 +103,48 @@ def test_stops_racing_meter_passes_never_deadlock(platform: Platform) -> None:
     assert errors == []
     total, _ = billing.ledger_totals(platform)
     assert total == 0
+
+
+def test_twenty_debits_of_ten_on_a_team_balance_of_a_hundred_take_exactly_ten(platform: Platform) -> None:
+    """Issue 9: a team's shared balance under concurrent spenders — exactly ten of twenty succeed."""
+    from danlu.accounts import teams
+    from danlu.billing.accounts import cash_account, personal_account
+
+    with platform.db.write() as s:
+        owner, _ = create_user(s, "teamowner", 0)
+    view = teams.create_team(platform, owner, "lab")
+    billing.admin_topup(platform, view.name, "1.00", "seed", team=True)  # 100 fen
+    with platform.db.read() as s:
+        ba_id = teams.resolve_payer(s, owner, "lab", spend=True)
+        assert ba_id != personal_account(s, owner.id).id
+    results: list[str] = []
+    barrier = threading.Barrier(20)
+
+    def debit(i: int) -> None:
+        barrier.wait()
+        try:
+            with platform.db.write() as s:
+                acct = cash_account(s, ba_id)
+                rev = system_account(s, "revenue")
+                post(
+                    s,
+                    key=f"team-debit-{i}",
+                    kind="usage",
+                    memo="test",
+                    now_ms=1,
+                    postings=[Posting(acct.id, -10), Posting(rev.id, 10)],
+                    floors={acct.id: 0},
+                )
+            results.append("ok")
+        except InsufficientFunds:
+            results.append("refused")
+
+    threads = [threading.Thread(target=debit, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("ok") == 10 and results.count("refused") == 10
+    with platform.db.read() as s:
+        assert cash_account(s, ba_id).balance_minor == 0
+    assert billing.ledger_totals(platform)[0] == 0

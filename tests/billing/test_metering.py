@@ -11,7 +11,8 @@ from sqlalchemy.exc import IntegrityError
 
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
-from danlu.billing.metering import meter_user, open_allocations_by_user
+from danlu.billing.accounts import personal_account
+from danlu.billing.metering import meter_account, open_allocations_by_account
 from danlu.compute import instances
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
@@ -67,7 +68,8 @@ def test_a_replayed_tick_never_charges_twice(p: Platform, fake_clock: FakeClock)
     instances.rent(p, user, "T4", 1, ["x"])
     fake_clock.advance(seconds=100)
     with p.db.write() as s:
-        stale = open_allocations_by_user(s)[user.id]
+        payer = personal_account(s, user.id).id
+        stale = open_allocations_by_account(s)[payer]
         for a in stale:
             s.expunge(a)
     meter_all(p)
@@ -76,7 +78,7 @@ def test_a_replayed_tick_never_charges_twice(p: Platform, fake_clock: FakeClock)
     # Replaying the same tick from a stale snapshot (a crashed loop's retry) charges nothing: the
     # meter re-reads allocations under the account lock and sees the interval already billed.
     with p.db.write() as s:
-        replay = meter_user(s, user.id, [s.merge(a, load=False) for a in stale], fake_clock.now_ms())
+        replay = meter_account(s, payer, [s.merge(a, load=False) for a in stale], fake_clock.now_ms())
     assert replay.charged_minor == 0
     assert billing.balance(p, user).balance_minor == charged
     # Second line of defence: the usage interval's own identity.
@@ -138,7 +140,8 @@ def test_exhausted_balance_stops_instances_and_charges_nothing_beyond(p: Platfor
     b = instances.rent(p, user, "T4", 1, ["y"])  # 0.1 fen/s
     fake_clock.advance(seconds=500)
     report = meter_all(p)
-    assert report.exhausted_users == [user.id]
+    with p.db.read() as s:
+        assert report.exhausted_accounts == [personal_account(s, user.id).id]
     assert billing.balance(p, user).balance_minor == 0
     for inst in (a, b):
         assert instances.show(p, user, inst.id).status == "stopping"

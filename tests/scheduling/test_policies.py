@@ -174,3 +174,14 @@ def test_in_a_closed_batch_slow_gpus_go_to_the_jobs_that_lose_least_on_them() ->
     j1 = job(1, durations_ms={"K80": 26 * H // 10, "V100": 25 * H // 10}, submit_ms=NOW - 10 * H)
     picks = starts(schedule(view(hosts, [j0, j1]), POLICIES["danlu"]))
     assert (picks["j0"].gpu_model, picks["j1"].gpu_model) == ("V100", "K80")
+
+
+def test_the_simulator_bills_whole_seconds_like_the_live_meter() -> None:
+    """1.5 s of one GPU at 36.00/h: 1 fen, as the live meter charges (the simulator said 2 before
+    it rated through danlu.billing.rating)."""
+    book = PriceBook("CNY", {("T4", Plan.ON_DEMAND): 3600})
+    setup = SimSetup((Host("t0", "T4", 1, 1),), book, NOW, ThroughputTable(), "T4")
+    short = JobRequest("short", "u", 1, NOW, {"T4": 1_500}, seq=0)
+    engine = simulate(setup, [short], "fifo")
+    assert engine.jobs["short"].status == "succeeded"
+    assert [(u.end_ms - u.start_ms, u.cost_minor) for u in engine.usage_log] == [(1_500, 1)]

@@ -13,7 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import currency, ensure_accounts
+from danlu.billing.accounts import create_billing_account, currency
+from danlu.billing.vouchers import grant_signup_vouchers
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from danlu.db.models import User
@@ -43,13 +44,14 @@ def create_user(session: Session, name: str, now_ms: int, *, is_admin: bool = Fa
     """Create a user with a ledger account; returns the user and its token (shown once)."""
     validate_name(name)
     token = new_token()
-    user = User(name=name, token_hash=hash_token(token), is_admin=is_admin, credit_limit_minor=0, created_at_ms=now_ms)
+    user = User(name=name, token_hash=hash_token(token), is_admin=is_admin, created_at_ms=now_ms)
     session.add(user)
     try:
         session.flush()
     except IntegrityError:
         raise Conflict("user_exists", f"a user named {name!r} already exists; pick another name") from None
-    ensure_accounts(session, currency(session), user.id)
+    ba = create_billing_account(session, currency(session), kind="personal", name=name, now_ms=now_ms, user_id=user.id)
+    grant_signup_vouchers(session, ba, now_ms)
     return user, token
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, localcontext
 
+from danlu.billing.rating import Rate, cumulative_cost
 from danlu.core.money import exponent, round_minor
 
 
@@ -97,6 +98,20 @@ def cost_minor(rate: Decimal, gpu_hours: Decimal, currency: str) -> int:
         return round_minor(rate * gpu_hours * (Decimal(10) ** exponent(currency)))
 
 
+RATED_HOURS_MAX = 1_000_000.0  # beyond this an estimate is absurd anyway: exact Decimal, not the rater
+
+
+def quote_minor(rate: Decimal, gpus: int, hours: float, currency: str) -> int:
+    """What ``gpus`` GPUs for ``hours`` cost at ``rate`` (major units per GPU-hour). A price that is a
+    whole number of minor units (this platform's, and most list prices) is rated by the platform's
+    one rater (danlu.billing.rating: whole seconds, rounded once), so the advisor quotes what the
+    meter will charge; other prices fall back to the exact product, rounded once."""
+    minor = rate.scaleb(exponent(currency))
+    if minor == minor.to_integral_value() and 0 <= hours <= RATED_HOURS_MAX:
+        return cumulative_cost(Rate(int(minor), gpus, 0), round(hours * 3600))
+    return cost_minor(rate, hours_decimal(hours) * gpus, currency)
+
+
 def _billed_gpus(ctx: PlanContext) -> int:
     """Clouds rent whole instances: the GPUs paid for are the instances needed × GPUs per instance."""
     per = ctx.source.gpus_per_instance
@@ -112,7 +127,9 @@ def on_demand(ctx: PlanContext) -> PlanQuote | None:
     if not _within(ctx, ctx.hours):
         return None
     gh = hours_decimal(ctx.hours) * _billed_gpus(ctx)
-    return PlanQuote("on-demand", ctx.hours, gh, cost_minor(ctx.source.rate, gh, ctx.source.currency))
+    return PlanQuote(
+        "on-demand", ctx.hours, gh, quote_minor(ctx.source.rate, _billed_gpus(ctx), ctx.hours, ctx.source.currency)
+    )
 
 
 @register_plan("interruptible")
@@ -124,7 +141,8 @@ def interruptible(ctx: PlanContext) -> PlanQuote | None:
         return None
     gh = hours_decimal(wall) * _billed_gpus(ctx)
     note = f"+{ctx.preemption_overhead:.0%} time for preemptions (checkpoint and resume)"
-    return PlanQuote("interruptible", wall, gh, cost_minor(ctx.source.spot_rate, gh, ctx.source.currency), note)
+    cost = quote_minor(ctx.source.spot_rate, _billed_gpus(ctx), wall, ctx.source.currency)
+    return PlanQuote("interruptible", wall, gh, cost, note)
 
 
 @register_plan("off-peak")

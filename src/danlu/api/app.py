@@ -20,6 +20,13 @@ from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
+from danlu.api.routers import budgets as budgets_router
+from danlu.api.routers import invoices as invoice_routes
+from danlu.api.routers import storage as storage_router
+from danlu.api.routers import student as student_router
+from danlu.api.routers import tariffs as tariffs_router
+from danlu.api.routers import teams as teams_router
+from danlu.api.routers import vouchers as vouchers_router
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
 from danlu.billing.accounts import currency
 from danlu.compute.offers import list_offers
@@ -44,6 +51,14 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     errors.install(app)
     for module in (offers, instances, jobs, images, account, admin, operator):
         app.include_router(module.router, prefix=API_PREFIX)
+    for extra in (teams_router, vouchers_router):  # issue 9: teams and vouchers
+        app.include_router(extra.router, prefix=API_PREFIX)
+        app.include_router(extra.admin_router, prefix=API_PREFIX)
+    app.include_router(invoice_routes.router, prefix=API_PREFIX)
+    for money in (budgets_router, student_router, tariffs_router):  # issue 9: money controls
+        app.include_router(money.router, prefix=API_PREFIX)
+    for admin_only in (student_router, tariffs_router, storage_router):
+        app.include_router(admin_only.admin_router, prefix=API_PREFIX)
     app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
 

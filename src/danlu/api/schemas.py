@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from fastapi import Path, Query
+from fastapi import Header, Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
@@ -203,6 +203,15 @@ UserName = Annotated[
         pattern=USER_NAME_RE.pattern,
     ),
 ]
+TeamName = Annotated[
+    str,
+    Field(pattern=USER_NAME_RE.pattern, description="2-63 characters: a-z, 0-9, _ . -, first a letter"),
+    limited(
+        "invalid_team_name",
+        "team names are 2-63 characters: lowercase letters, digits, '_', '.', '-', starting with a letter",
+        pattern=USER_NAME_RE.pattern,
+    ),
+]
 ImageName = Annotated[
     str,
     Field(pattern=IMAGE_NAME_RE.pattern, description="A root filesystem from `GET /images`"),
@@ -309,6 +318,7 @@ class RentRequest(Strict):
     interruptible: bool = False
     image: ImageName = "host"
     env: EnvVars = Field(default_factory=dict)
+    team: TeamName | None = Field(None, description="Pay from this team's account (member or above)")
 
 
 class OfferOut(BaseModel):
@@ -325,6 +335,10 @@ class OfferOut(BaseModel):
     memory_per_gpu_mb: int | None
     disk_per_gpu_mb: int | None
     sandbox: str
+    price_now: str | None = Field(None, description="the on-demand price in force now under the operator's tariffs")
+    tariff_now: str | None = Field(None, description="the tariff window in force now, if any")
+    next_cheaper_at: str | None = Field(None, description="when the next cheaper window opens (ISO 8601, UTC)")
+    next_cheaper_price: str | None = None
 
     @classmethod
     def of(cls, o: Offer) -> OfferOut:
@@ -345,6 +359,12 @@ class OfferOut(BaseModel):
             memory_per_gpu_mb=o.mem_per_gpu_mb,
             disk_per_gpu_mb=o.disk_per_gpu_mb,
             sandbox=o.sandbox,
+            price_now=None if o.price_now_minor is None else format_minor(o.price_now_minor, o.currency),
+            tariff_now=o.tariff_now,
+            next_cheaper_at=None if o.next_cheaper_at_ms is None else iso(o.next_cheaper_at_ms),
+            next_cheaper_price=None
+            if o.next_cheaper_price_minor is None
+            else format_minor(o.next_cheaper_price_minor, o.currency),
         )
 
 
@@ -367,6 +387,12 @@ class InstanceOut(BaseModel):
     created_at: str | None
     image: str
     sandbox: dict[str, Any] | None
+    storage_cost: str = Field("0", description="the part of cost that is stored workspace while stopped")
+    stopped_storage_per_day: str | None = Field(
+        None, description="what staying stopped costs per day (its workspace at the storage price); `show` only"
+    )
+    workspace_release_at: str | None = Field(None, description="when a stopped instance's workspace is released")
+    workspace_released_at: str | None = None
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:
@@ -390,6 +416,12 @@ class InstanceOut(BaseModel):
             created_at=iso(v.created_at_ms),
             image=v.image,
             sandbox=v.sandbox,
+            storage_cost=format_minor(v.storage_cost_minor, v.currency),
+            stopped_storage_per_day=None
+            if v.stopped_storage_per_day_minor is None
+            else format_minor(v.stopped_storage_per_day_minor, v.currency),
+            workspace_release_at=iso(v.workspace_release_at_ms),
+            workspace_released_at=iso(v.workspace_released_at_ms),
         )
 
 
@@ -581,3 +613,508 @@ class QuotaIn(Strict):
 class QuotaOut(BaseModel):
     name: str
     gpus: int | None
+
+
+# --- teams and vouchers (issue 9) ---------------------------------------------------------------
+
+ROLE_CHOICES = "owner|admin|member|viewer"
+TeamNamePath = Annotated[str, Path(pattern=USER_NAME_RE.pattern, description="A team name")]
+TeamQuery = Annotated[
+    str | None,
+    Query(pattern=USER_NAME_RE.pattern, description="A team you are in (default: your personal account)"),
+]
+Role = Annotated[
+    str,
+    Field(pattern=f"^({ROLE_CHOICES})$", description="owner, admin, member or viewer"),
+    limited("invalid_role", "a role is one of owner, admin, member, viewer", pattern=f"^({ROLE_CHOICES})$"),
+]
+MemberQuota = Annotated[
+    int,
+    Field(ge=0, le=MAX_QUOTA),
+    limited(
+        "invalid_quota",
+        f"a GPU quota is a whole number of GPUs, 0 to {MAX_QUOTA} (or null for none)",
+        lo=0,
+        hi=MAX_QUOTA,
+    ),
+]
+
+
+class TeamIn(Strict):
+    name: TeamName
+
+
+class MemberIn(Strict):
+    user: UserName
+    role: Role
+    gpu_quota: MemberQuota | None = Field(None, description="GPUs this member may hold on the team (null: no cap)")
+
+
+class MemberPatch(Strict):
+    """Only the fields given change; ``"gpu_quota": null`` removes the member's cap."""
+
+    role: Role | None = None
+    gpu_quota: MemberQuota | None = None
+
+
+class MemberOut(BaseModel):
+    user: str
+    role: str
+    gpu_quota: int | None
+
+
+class TeamOut(BaseModel):
+    name: str
+    role: str = Field(description="Your role on the team")
+    members: list[MemberOut]
+
+
+class MemberRemovedOut(BaseModel):
+    team: TeamOut
+    running_instances: list[str] = Field(description="The member's instances still running on the team's account")
+
+
+class DefaultTeamIn(Strict):
+    team: TeamName | None = Field(description="Rent on this team by default; null: your personal account")
+
+
+class DefaultTeamOut(BaseModel):
+    team: str | None
+
+
+class AdminTeamOut(BaseModel):
+    name: str
+    members: int
+    balance: str
+    credit_limit: str
+    currency: str
+
+
+VOUCHER_CODE = r"^[A-Za-z0-9_-]{4,64}$"
+VoucherCode = Annotated[
+    str,
+    Field(pattern=VOUCHER_CODE, description="4-64 letters, digits, '-' or '_'"),
+    limited("invalid_voucher_code", "a voucher code is 4-64 letters, digits, '-' or '_'", pattern=VOUCHER_CODE),
+]
+DURATION = r"^[1-9][0-9]{0,6}[smhd]$"
+# 0.01 to 100, at most two decimals; never zero (danlu.billing.vouchers.parse_percent refuses it).
+PERCENT = r"^(100(\.0{1,2})?|0?[1-9](\.[0-9]{1,2})?|[1-9][0-9](\.[0-9]{1,2})?|0{1,2}\.([1-9][0-9]?|0[1-9]))$"
+ISO_TIME = (
+    r"^[12][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])$"
+)
+PLAN_CHOICES = "on-demand|interruptible"
+MAX_REDEMPTIONS = 10**9
+
+
+MaxRedemptions = Annotated[
+    int,
+    Field(ge=1, le=MAX_REDEMPTIONS),
+    limited("invalid_voucher_limit", f"max_redemptions is 1 to {MAX_REDEMPTIONS}", lo=1, hi=MAX_REDEMPTIONS),
+]
+PerAccount = Annotated[
+    int, Field(ge=1, le=1000), limited("invalid_voucher_limit", "per_account is 1 to 1000", lo=1, hi=1000)
+]
+VoucherPriority = Annotated[
+    int,
+    Field(ge=0, le=10_000),
+    limited("invalid_voucher_priority", "priority is 0 (spent first) to 10000", lo=0, hi=10_000),
+]
+
+
+class RedeemIn(Strict):
+    code: VoucherCode
+    team: TeamName | None = Field(None, description="Redeem onto this team's account (member or above)")
+
+
+class CampaignIn(Strict):
+    # A code exactly when on=code (danlu.billing.vouchers._check_spec), stated for clients and fuzzers.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"on": {"const": "code"}, "code": {"type": "string"}}, "required": ["on", "code"]},
+                {"properties": {"on": {"enum": ["signup", "manual"]}, "code": {"type": "null"}}},
+            ]
+        }
+    )
+
+    name: TeamName
+    amount: PositiveAmount = Field(description="Each voucher's value (for a percentage voucher: its cap)")
+    percent: (
+        Annotated[
+            str,
+            Field(pattern=PERCENT),
+            limited("invalid_voucher_percent", "a percentage is 0.01 to 100, e.g. 50 or 12.5", pattern=PERCENT),
+        ]
+        | None
+    ) = Field(None, description="Pays this percentage of each charge, up to the amount")
+    valid_for: Annotated[
+        str,
+        Field(pattern=DURATION),
+        limited("invalid_voucher_validity", "valid_for is a duration such as 30m, 72h or 7d", pattern=DURATION),
+    ] = Field(description="How long each voucher lasts once granted: 30m, 72h, 7d (s, m, h, d)")
+    until: (
+        Annotated[
+            str,
+            Field(pattern=ISO_TIME),
+            limited(
+                "invalid_voucher_validity",
+                "until is ISO-8601 with a timezone, e.g. 2027-01-01T00:00:00Z",
+                pattern=ISO_TIME,
+            ),
+        ]
+        | None
+    ) = Field(None, description="Last moment vouchers can be had (ISO-8601 with timezone)")
+    on: Annotated[
+        str,
+        Field(pattern="^(signup|code|manual)$"),
+        limited("invalid_voucher_trigger", "on is one of signup, code, manual", pattern="^(signup|code|manual)$"),
+    ]
+    code: VoucherCode | None = Field(None, description="For on=code: what renters type")
+    gpu_model: GpuModel | None = Field(None, description="Pays only for this GPU model")
+    plan: (
+        Annotated[
+            str,
+            Field(pattern=f"^({PLAN_CHOICES})$"),
+            limited("invalid_voucher_plan", "plan is on-demand or interruptible", pattern=f"^({PLAN_CHOICES})$"),
+        ]
+        | None
+    ) = Field(None, description="Pays only for this plan")
+    max_redemptions: MaxRedemptions | None = Field(None, description="Vouchers in all (null: no limit)")
+    per_account: PerAccount = Field(1, description="Vouchers per billing account")
+    priority: VoucherPriority = Field(100, description="Lower is spent first")
+    eligibility: Annotated[
+        str,
+        Field(pattern="^(all|new)$"),
+        limited("invalid_voucher_eligibility", "eligibility is all or new", pattern="^(all|new)$"),
+    ] = "all"
+
+
+class CampaignOut(BaseModel):
+    name: str
+    amount: str
+    percent: str | None
+    valid_for: str | None
+    until: str | None
+    on: str
+    code: str | None
+    gpu_model: str | None
+    plan: str | None
+    max_redemptions: int | None
+    per_account: int
+    redemptions: int
+    priority: int
+    eligibility: str
+    active: bool
+    currency: str
+    created_at: str | None
+
+
+class GrantIn(Strict):
+    """Exactly one of ``user`` and ``team``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"properties": {"user": {"type": "string"}}, "required": ["user"]},
+                {"properties": {"team": {"type": "string"}}, "required": ["team"]},
+            ]
+        }
+    )
+
+    user: UserName | None = None
+    team: TeamName | None = None
+
+
+class VoucherOut(BaseModel):
+    id: int
+    campaign: str
+    amount: str
+    remaining: str
+    percent: str | None
+    gpu_model: str | None
+    plan: str | None
+    granted_at: str | None
+    expires_at: str | None = Field(description="ISO-8601 UTC; null: never expires")
+    status: str = Field(description="active, spent or expired")
+    currency: str
+
+
+# --- invoices and cost (danlu.billing.invoices, danlu.billing.cost) ------------------------------
+
+PERIOD = r"^2[0-9]{3}-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12, as danlu.billing.invoices.check_period
+_BAD_PERIOD = limited(
+    "invalid_period",
+    "a period is a month written YYYY-MM (2000-01 to 2999-12), e.g. 2026-01, not {value}",
+    pattern=PERIOD,
+)
+PeriodPath = Annotated[str, Path(pattern=PERIOD, max_length=7, description="A month, YYYY-MM (deployment time zone)")]
+InvoiceTeamQuery = Annotated[
+    str | None,
+    Query(max_length=64, pattern=USER_NAME_RE.pattern, description="A team you are in (default: your default team)"),
+]
+InvoiceFormatQuery = Annotated[
+    str, Query(pattern="^(json|csv|html)$", description="json, csv or html (self-contained)")
+]
+
+
+class InvoiceLineOut(BaseModel):
+    instance_id: str
+    description: str
+    plan: str
+    seconds: int = Field(description="Whole billed seconds of GPU time (per allocation, not per GPU)")
+    price_per_hour: str = Field(description="Per GPU-hour")
+    gross: str = Field(description="List price")
+    discount: str
+    vouchers: str
+    cash: str
+    amount: str = Field(description="gross - discount = vouchers + cash")
+    adjustment: bool = Field(description="Usage of an earlier, already final month posted after it closed")
+
+
+class InvoiceOut(BaseModel):
+    period: str
+    status: str = Field(description="draft (derived, may change) | final (numbered, immutable)")
+    number: int | None
+    account: str
+    account_kind: str
+    currency: str
+    finalized_at_ms: int | None
+    lines: list[InvoiceLineOut]
+    gross: str
+    discount: str
+    vouchers: str
+    cash: str
+    total: str
+
+
+class CostLineOut(BaseModel):
+    allocation_id: int
+    description: str = Field(description="posted | not yet posted")
+    plan: str
+    tariff: str | None
+    seconds: int
+    gpus: int
+    price_per_hour: str
+    gross: str
+    discount: str
+    vouchers: str = Field(description="An amount, or pending (not posted yet)")
+    cash: str = Field(description="An amount, or pending (not posted yet)")
+    amount: str
+    posted: bool
+
+
+class CostOut(BaseModel):
+    instance_id: str
+    currency: str
+    cost: str = Field(description="The sum of the lines' amounts")
+    lines: list[CostLineOut]
+
+
+class FinalizeIn(Strict):
+    period: Annotated[str, Field(pattern=PERIOD, max_length=7), _BAD_PERIOD] | None = Field(
+        None, description="A month that has ended (grace waived); omitted: every month past its grace window"
+    )
+
+
+class FinalizeOut(BaseModel):
+    finalized: int = Field(description="Invoices written")
+
+
+# --- budgets, the student discount, tariffs, stopped storage (issue 9 parts 3, 4, 6, 7) ---------
+
+BUDGET_PERIOD = r"^(month|total)$"
+MAX_ROW_ID = 2**31 - 1  # the id columns are INTEGER (32-bit on PostgreSQL)
+BudgetIdPath = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="A budget's id from `GET /budgets`")]
+BudgetTeamQuery = Annotated[
+    str | None,
+    Query(max_length=64, pattern=USER_NAME_RE.pattern, description="A team you are in (default: your own account)"),
+]
+
+
+class BudgetIn(Strict):
+    """One budget per scope: the account (neither ``member`` nor ``instance``), one team member, or
+    one instance; setting it again replaces its limits. At least one of ``soft`` and ``hard``
+    (a request with neither, or with both ``member`` and ``instance``, answers 422)."""
+
+    member: UserName | None = Field(None, description="A member of the team's account (owners and admins set it)")
+    instance: (
+        Annotated[
+            str,
+            Field(pattern=INSTANCE_ID, max_length=32),
+            limited("invalid_budget_scope", "instance is an instance id, i- and hex", pattern=INSTANCE_ID, text=32),
+        ]
+        | None
+    ) = Field(None, description="One instance on the account (its renter or the team's managers set it)")
+    period: Annotated[
+        str,
+        Field(pattern=BUDGET_PERIOD),
+        limited("invalid_budget_period", "period is month or total", pattern=BUDGET_PERIOD),
+    ] = Field("month", description="month: this calendar month (deployment time zone); total: ever")
+    soft: PositiveAmount | None = Field(None, description="Events at 50%, 80% and 100% of it")
+    hard: PositiveAmount | None = Field(None, description="Usage in the scope stops exactly here")
+
+
+class BudgetOut(BaseModel):
+    id: int
+    scope: str = Field(description="account, member:NAME or instance:ID")
+    period: str
+    soft: str | None
+    hard: str | None
+    spent: str = Field(description="Charged in the scope this period (vouchers and cash, after discounts)")
+    currency: str
+
+
+INSTITUTION_MAX, EVIDENCE_MAX = 128, 2000
+_TEXT = r"[^\x00-\x1f\x7f]*"
+_SOLID = r"[^\x00-\x20\x7f\x85\s]"
+INSTITUTION = f"^{_TEXT}{_SOLID}{_TEXT}{_SOLID}{_TEXT}$"
+"""At least two characters other than spaces (the service strips the name), no control characters."""
+
+
+class VerificationIn(Strict):
+    institution: Annotated[
+        str,
+        Field(min_length=2, max_length=INSTITUTION_MAX, pattern=INSTITUTION),
+        limited(
+            "invalid_verification",
+            "name your institution (2-128 characters, no control characters)",
+            text=INSTITUTION_MAX,
+            pattern=INSTITUTION,
+        ),
+    ]
+    evidence: Annotated[
+        str,
+        Field(max_length=EVIDENCE_MAX, pattern=r"^[^\x00]*$"),
+    ] = Field("", description="What shows you are a student: a university e-mail, a card number")
+
+
+class VerificationOut(BaseModel):
+    user: str
+    status: str = Field(description="none, pending, approved or refused")
+    institution: str
+    reason: str = Field(description="Why a request was refused")
+    requested_at: str | None
+    decided_at: str | None
+    discount: str = Field(description="The student discount an approved renter gets now, in percent")
+
+
+class VerificationRequestOut(VerificationOut):
+    evidence: str
+
+
+class DiscountIn(Strict):
+    percent: Annotated[
+        str,
+        Field(pattern=PERCENT, max_length=6),
+        limited(
+            "invalid_discount",
+            "the student discount is a percentage from 0 to 100, at most 2 decimals",
+            pattern=PERCENT,
+        ),
+    ] = Field(description="0 to 100, at most 2 decimals, e.g. 20 or 12.5")
+
+
+class DiscountOut(BaseModel):
+    percent: str
+
+
+DAY = r"^(mon|tue|wed|thu|fri|sat|sun)$"
+CLOCK_TIME = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+MULTIPLIER = r"^0(\.[0-9]{1,4})?$"
+_BAD_TARIFF_TIME = limited("invalid_tariff", "times are HH:MM in 24 h, e.g. 23:00 (got {value})", pattern=CLOCK_TIME)
+TariffIdPath = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="A tariff rule's id from `GET /admin/tariffs`")]
+
+
+class TariffIn(Strict):
+    """A time-of-day rule; ``to`` at or before ``from`` wraps past midnight (equal times answer 422)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=64, pattern=NO_CONTROL),
+        limited("invalid_tariff", "a tariff's name is 1 to 64 characters", text=64),
+    ]
+    days: Annotated[
+        list[Annotated[str, Field(pattern=DAY), limited("invalid_tariff", "days are mon ... sun", pattern=DAY)]],
+        Field(min_length=1, max_length=7, description="The days a window starts on: mon, tue, ... sun"),
+    ]
+    from_: Annotated[str, Field(pattern=CLOCK_TIME), _BAD_TARIFF_TIME] = Field(
+        alias="from", description="Local time (deployment time zone), HH:MM"
+    )
+    to: Annotated[str, Field(pattern=CLOCK_TIME), _BAD_TARIFF_TIME] = Field(description="HH:MM; <= from wraps")
+    multiplier: Annotated[
+        str,
+        Field(pattern=MULTIPLIER, max_length=6),
+        limited("invalid_tariff", "a multiplier is 0 to below 1, at most 4 decimals, e.g. 0.5", pattern=MULTIPLIER),
+    ] = Field(description="The price factor in the window: 0.5 is -50%")
+    plans: Annotated[
+        list[
+            Annotated[
+                str,
+                Field(pattern=f"^({PLAN_CHOICES})$"),
+                limited("invalid_tariff", "plans are on-demand and interruptible", pattern=f"^({PLAN_CHOICES})$"),
+            ]
+        ],
+        Field(max_length=2, description="Only these plans (empty: every plan)"),
+    ] = Field(default_factory=list)
+
+
+class TariffOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: int
+    name: str
+    days: list[str]
+    from_: str = Field(alias="from")
+    to: str
+    multiplier: str
+    plans: list[str] = Field(description="empty: every plan")
+    created_at: str | None
+    retired_at: str | None = Field(description="null: in force")
+
+
+RETENTION = (
+    r"^(([1-9]|[1-9][0-9]|[1-9][0-9]{2}|[1-7][0-9]{3}|8[0-6][0-9]{2}|87[0-7][0-9]|878[0-4])h"
+    r"|([1-9]|[1-9][0-9]|[12][0-9]{2}|3[0-5][0-9]|36[0-6])d)$"
+)
+"""1h to 8784h, or 1d to 366d: the service's 1 hour to 366 days."""
+_BAD_RETENTION = limited(
+    "invalid_storage_policy", "a period is hours or days such as 12h or 7d, 1 hour to 366 days", pattern=RETENTION
+)
+
+
+class StorageIn(Strict):
+    """Only the fields given change. Each period is 1 hour to 366 days, in hours or days."""
+
+    price_gb_month: Amount | None = Field(None, description="What a stopped instance's workspace costs per GB-month")
+    warn_after: Annotated[str, Field(pattern=RETENTION), _BAD_RETENTION] | None = Field(
+        None, description="Stopped this long, the renter is warned: 12h, 7d (1h to 366d)"
+    )
+    release_after: Annotated[str, Field(pattern=RETENTION), _BAD_RETENTION] | None = Field(
+        None, description="This long after the warning the workspace is released"
+    )
+
+
+class StorageOut(BaseModel):
+    price_gb_month: str
+    warn_after: str
+    release_after: str
+    currency: str
+
+
+# --- idempotency (danlu.billing.idempotency) -----------------------------------------------------
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=120,
+        pattern=r"^[\x21-\x7e]+$",
+        description=(
+            "Retry-safe: the same key (yours, on this endpoint) with the same request answers the first "
+            "response again and changes nothing; with another request it is 409 idempotency_key_reused"
+        ),
+    ),
+]

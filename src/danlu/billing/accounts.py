@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 from danlu.billing.ledger import Posting, check_balanced
 from danlu.core.errors import Conflict, InsufficientFunds, NotFound
 from danlu.core.money import format_minor
-from danlu.db.models import Account, LedgerEntry, LedgerTransaction, Setting, User
+from danlu.db.models import Account, BillingAccount, LedgerEntry, LedgerTransaction, Setting
 
-SYSTEM_KINDS = ("external", "revenue")
+SYSTEM_KINDS = ("external", "revenue", "promotions")
 
 
 def currency(session: Session) -> str:
@@ -30,36 +30,70 @@ def currency(session: Session) -> str:
 
 
 def system_account(session: Session, kind: str) -> Account:
-    acct = session.scalars(select(Account).where(Account.kind == kind, Account.user_id.is_(None))).first()
+    acct = session.scalars(select(Account).where(Account.kind == kind, Account.ref == "system")).first()
     if acct is None:
         raise RuntimeError(f"system account {kind!r} missing; the server bootstraps it on start")
     return acct
 
 
-def user_account(session: Session, user_id: int) -> Account:
-    acct = session.scalars(select(Account).where(Account.kind == "user", Account.user_id == user_id)).first()
+def personal_account(session: Session, user_id: int) -> BillingAccount:
+    ba = session.scalars(select(BillingAccount).where(BillingAccount.user_id == user_id)).first()
+    if ba is None:
+        raise NotFound("account_not_found", "this user has no billing account")
+    return ba
+
+
+def billing_account(session: Session, billing_account_id: int) -> BillingAccount:
+    ba = session.get(BillingAccount, billing_account_id)
+    if ba is None:
+        raise NotFound("account_not_found", "no such billing account")
+    return ba
+
+
+def cash_account(session: Session, billing_account_id: int) -> Account:
+    acct = session.scalars(
+        select(Account).where(Account.kind == "cash", Account.ref == f"ba:{billing_account_id}")
+    ).first()
     if acct is None:
-        raise NotFound("account_not_found", "this user has no account")
+        raise NotFound("account_not_found", "this billing account has no cash account")
     return acct
 
 
-def lock_user_account(session: Session, user_id: int) -> int:
-    """Lock the user's account row for this transaction and return its balance. Every path that
-    bills a user takes this lock first, so per-user billing work is serialised in one order
-    (account, then allocations) on PostgreSQL; SQLite writers are serialised anyway."""
+def user_account(session: Session, user_id: int) -> Account:
+    """The cash account of the user's personal billing account."""
+    return cash_account(session, personal_account(session, user_id).id)
+
+
+def lock_billing_account(session: Session, billing_account_id: int) -> int:
+    """Lock the billing account's cash row for this transaction and return its balance. Every
+    path that bills an account takes this lock first, so billing work of one payer is serialised
+    in one order (cash account, then vouchers, then allocations) on PostgreSQL; SQLite writers
+    are serialised anyway."""
     return session.execute(
-        select(Account.balance_minor).where(Account.kind == "user", Account.user_id == user_id).with_for_update()
+        select(Account.balance_minor)
+        .where(Account.kind == "cash", Account.ref == f"ba:{billing_account_id}")
+        .with_for_update()
     ).scalar_one()
 
 
-def ensure_accounts(session: Session, cur: str, user_id: int | None = None) -> None:
-    if user_id is None:
-        for kind in SYSTEM_KINDS:
-            if session.scalars(select(Account).where(Account.kind == kind)).first() is None:
-                session.add(Account(kind=kind, user_id=None, currency=cur, balance_minor=0))
-    else:
-        session.add(Account(kind="user", user_id=user_id, currency=cur, balance_minor=0))
+def ensure_accounts(session: Session, cur: str) -> None:
+    """The system accounts, created once."""
+    for kind in SYSTEM_KINDS:
+        if session.scalars(select(Account).where(Account.kind == kind, Account.ref == "system")).first() is None:
+            session.add(Account(kind=kind, ref="system", billing_account_id=None, currency=cur, balance_minor=0))
     session.flush()
+
+
+def create_billing_account(
+    session: Session, cur: str, *, kind: str, name: str, now_ms: int, user_id: int | None = None
+) -> BillingAccount:
+    """A new billing account with its cash ledger account at zero."""
+    ba = BillingAccount(kind=kind, user_id=user_id, name=name, credit_limit_minor=0, created_at_ms=now_ms)
+    session.add(ba)
+    session.flush()
+    session.add(Account(kind="cash", ref=f"ba:{ba.id}", billing_account_id=ba.id, currency=cur, balance_minor=0))
+    session.flush()
+    return ba
 
 
 def idempotency_key(prefix: str, *parts: object) -> str:
@@ -114,20 +148,20 @@ def find_transaction(session: Session, key: str) -> LedgerTransaction | None:
     return session.scalars(select(LedgerTransaction).where(LedgerTransaction.idempotency_key == key)).first()
 
 
-def topup(session: Session, user: User, amount_minor: int, key: str, now_ms: int) -> LedgerTransaction:
-    """Credit a user from the external account. Replaying the same key returns the first
-    transaction unchanged (and changes nothing), so a retried top-up never pays twice."""
+def topup(session: Session, ba: BillingAccount, amount_minor: int, key: str, now_ms: int) -> LedgerTransaction:
+    """Credit a billing account from the external account. Replaying the same key returns the
+    first transaction unchanged (and changes nothing), so a retried top-up never pays twice."""
     existing = find_transaction(session, key)
     if existing is not None:
         return existing
     cur = currency(session)
     ext = system_account(session, "external")
-    acct = user_account(session, user.id)
+    acct = cash_account(session, ba.id)
     return post(
         session,
         key=key,
         kind="topup",
-        memo=f"top-up of {format_minor(amount_minor, cur)} {cur} for {user.name}",
+        memo=f"top-up of {format_minor(amount_minor, cur)} {cur} for {ba.name}",
         postings=[Posting(ext.id, -amount_minor), Posting(acct.id, amount_minor)],
         now_ms=now_ms,
     )

@@ -1,17 +1,22 @@
 """The meter: moves allocations' billed-until marks forward and posts usage to the ledger.
 
-One call meters a set of allocations of one user in the caller's transaction:
+One call meters a set of allocations of one billing account (the payer) in the caller's
+transaction:
 
 * each allocation is billed from ``billed_until_ms`` to its end (if it has ended) or ``now``;
-* the charge is the difference of the cumulative rating (danlu.billing.rating), so ticks never
-  accumulate rounding and a second is never billed twice;
+* the charge is the difference of the cumulative rating (danlu.billing.rating, the only rater),
+  so ticks never accumulate rounding and a second is never billed twice; the allocation's
+  discount is part of its rate, and its list price is recorded beside it;
+* the charge is paid in the documented order (danlu.billing.posting): vouchers of the payer in
+  scope, by (priority, soonest expiry, oldest grant), then cash — one balanced transaction;
 * each allocation's mark moves with a guarded ``UPDATE ... WHERE billed_until_ms = :old`` and each
   metered interval is a ``usage_records`` row unique on (allocation, start) — also when it rated 0
   minor units, so the rows tile the allocation — and a crashed, retried or concurrent tick collides
   instead of double-charging;
-* if the user's balance plus credit limit cannot cover the charge, usage is billed only up to the
-  latest instant it covers, the user's allocations are ended there, and the caller is told the
-  user is exhausted so it stops their instances. Nothing is ever charged beyond the balance.
+* if vouchers plus the balance plus the credit limit cannot cover the charge, usage is billed
+  only up to the latest instant they cover, the account's allocations are ended there, and the
+  caller is told the payer is exhausted so it stops their instances. Nothing is ever charged
+  beyond the balance.
 """
 
 from __future__ import annotations
@@ -22,18 +27,23 @@ from typing import cast
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import idempotency_key, lock_user_account, post, system_account, user_account
+from danlu.billing import posting
+from danlu.billing.accounts import cash_account, idempotency_key, lock_billing_account, post, system_account
+from danlu.billing.caps import announce, cap_targets, hard_caps
 from danlu.billing.ledger import Posting
-from danlu.billing.rating import charge_between, latest_affordable_ms
+from danlu.billing.pricing import Plan
+from danlu.billing.rating import Rate, charge_between, latest_affordable_ms
+from danlu.billing.tariffs import parse_snapshot
 from danlu.core.errors import Conflict
-from danlu.db.models import Allocation, UsageRecord, User
+from danlu.db.models import Account, Allocation, BillingAccount, UsageRecord, VoucherCampaign, VoucherGrant
 
 
 @dataclass(frozen=True)
 class MeterResult:
     charged_minor: int
     exhausted: bool
-    cutoff_ms: int | None  # where billing stopped for an exhausted user
+    cutoff_ms: int | None  # where billing stopped for an exhausted payer
+    capped_instances: tuple[str, ...] = ()  # instances whose hard budget cap was reached: stop them
 
 
 def _target(alloc: Allocation, now_ms: int) -> int:
@@ -41,11 +51,89 @@ def _target(alloc: Allocation, now_ms: int) -> int:
     return max(alloc.billed_until_ms, min(end, now_ms))
 
 
-def meter_user(session: Session, user_id: int, allocations: list[Allocation], now_ms: int) -> MeterResult:
-    """Bill ``allocations`` (all of one user, unsettled) up to ``now_ms``; see module docstring."""
+def allocation_rate(alloc: Allocation, *, discounted: bool = True) -> Rate:
+    """How ``alloc`` is rated: its plan's price, its GPUs, from its start, the tariff rules in
+    force when it started, with its discount."""
+    plan = Plan(alloc.plan) if alloc.plan in Plan._value2member_map_ else Plan.ON_DEMAND
+    return Rate(
+        alloc.price_per_hour_minor,
+        alloc.gpu_count,
+        alloc.started_at_ms,
+        plan=plan,
+        tariffs=parse_snapshot(alloc.tariffs_json),
+        discount_bp=alloc.discount_bp if discounted else 0,
+    )
+
+
+def _charge(alloc: Allocation, until_ms: int, *, discounted: bool = True) -> int:
+    return charge_between(allocation_rate(alloc, discounted=discounted), alloc.billed_until_ms, until_ms)
+
+
+def usable_vouchers(
+    session: Session, billing_account_id: int, until_ms: int
+) -> list[tuple[VoucherGrant, Account, VoucherCampaign]]:
+    """The payer's vouchers that may pay for usage up to ``until_ms``, in the order they are spent,
+    their ledger rows locked (after the cash row: the one lock order)."""
+    rows = session.execute(
+        select(VoucherGrant, Account, VoucherCampaign)
+        .join(Account, Account.id == VoucherGrant.account_id)
+        .join(VoucherCampaign, VoucherCampaign.id == VoucherGrant.campaign_id)
+        .where(
+            VoucherGrant.billing_account_id == billing_account_id,
+            VoucherGrant.expired.is_(False),
+            (VoucherGrant.expires_at_ms.is_(None)) | (VoucherGrant.expires_at_ms >= until_ms),
+            Account.balance_minor > 0,
+        )
+        .with_for_update(of=Account)
+    ).all()
+    out = [(g, a, c) for g, a, c in rows]
+    out.sort(
+        key=lambda r: (r[2].priority, r[0].expires_at_ms is None, r[0].expires_at_ms or 0, r[0].granted_at_ms, r[0].id)
+    )
+    return out
+
+
+def _slots(vouchers: list[tuple[VoucherGrant, Account, VoucherCampaign]]) -> list[posting.VoucherSlot]:
+    return [
+        posting.VoucherSlot(g.id, a.balance_minor, c.scope_model, c.scope_plan, c.percent_bp) for g, a, c in vouchers
+    ]
+
+
+def meter_account(session: Session, billing_account_id: int, allocations: list[Allocation], now_ms: int) -> MeterResult:
+    """Bill ``allocations`` (all paid by one billing account, unsettled) up to ``now_ms``; see the
+    module docstring. Usage is billed in steps that end at every voucher expiry inside the
+    interval, so a voucher pays for the usage before its expiry even when the meter (or a stop)
+    runs after it."""
     if not allocations:
         return MeterResult(0, False, None)
-    balance = lock_user_account(session, user_id)
+    lock_billing_account(session, billing_account_id)
+    lo = min(a.billed_until_ms for a in allocations)
+    expiries: list[int] = sorted(
+        {
+            int(e)
+            for e in session.scalars(
+                select(VoucherGrant.expires_at_ms).where(
+                    VoucherGrant.billing_account_id == billing_account_id,
+                    VoucherGrant.expired.is_(False),
+                    VoucherGrant.expires_at_ms > lo,
+                    VoucherGrant.expires_at_ms < now_ms,
+                )
+            )
+            if e is not None
+        }
+    )
+    charged, capped = 0, set[str]()
+    for edge in [*expiries, now_ms]:
+        step = _meter_once(session, billing_account_id, allocations, edge)
+        charged += step.charged_minor
+        capped.update(step.capped_instances)
+        if step.exhausted:
+            return MeterResult(charged, True, step.cutoff_ms, tuple(sorted(capped)))
+    return MeterResult(charged, False, None, tuple(sorted(capped)))
+
+
+def _meter_once(session: Session, billing_account_id: int, allocations: list[Allocation], now_ms: int) -> MeterResult:
+    balance = lock_billing_account(session, billing_account_id)
     # Re-read the allocations under the lock: a stop may have billed them since the caller loaded them.
     allocations = list(
         session.scalars(
@@ -58,52 +146,76 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
     if not allocations:
         return MeterResult(0, False, None)
     targets = {a.id: _target(a, now_ms) for a in allocations}
-    charges = {
-        a.id: charge_between(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, a.billed_until_ms, targets[a.id])
-        for a in allocations
-    }
-    total = sum(charges.values())
-    acct = user_account(session, user_id)
-    user = session.get(User, user_id)
-    assert user is not None
-    floor = -user.credit_limit_minor
+    # Hard budget caps first: a scope over its cap is billed exactly up to it and ends there.
+    caps = hard_caps(session, billing_account_id, now_ms)
+    capped = cap_targets(allocations, targets, caps, _charge) if caps else {}
+    targets.update(capped)
+    vouchers = usable_vouchers(session, billing_account_id, now_ms)
+    slots = _slots(vouchers)
+    ba = session.get(BillingAccount, billing_account_id)
+    assert ba is not None
+    floor = -ba.credit_limit_minor
+
+    def split_at(t: dict[int, int]) -> tuple[dict[int, int], posting.Split]:
+        charges = {a.id: _charge(a, t[a.id]) for a in allocations}
+        return charges, posting.split(
+            [posting.Charge(a.id, a.gpu_model, a.plan, charges[a.id]) for a in allocations], slots
+        )
+
+    charges, paid = split_at(targets)
     exhausted = False
     cutoff: int | None = None
-    if total > 0 and balance - total < floor:
+    if paid.cash_minor > 0 and balance - paid.cash_minor < floor:
         exhausted = True
         budget = max(0, balance - floor)
-        spec = [
-            (a.price_per_hour_minor, a.gpu_count, a.started_at_ms, a.billed_until_ms, targets[a.id])
-            for a in allocations
-        ]
-        cutoff = latest_affordable_ms(spec, budget, min(a.billed_until_ms for a in allocations), now_ms)
-        for a in allocations:
-            targets[a.id] = max(a.billed_until_ms, min(targets[a.id], cutoff))
-            charges[a.id] = charge_between(
-                a.price_per_hour_minor, a.gpu_count, a.started_at_ms, a.billed_until_ms, targets[a.id]
-            )
-        total = sum(charges.values())
+
+        def upto(t: int) -> dict[int, int]:
+            return {a.id: max(a.billed_until_ms, min(targets[a.id], t)) for a in allocations}
+
+        # Cash needed is monotone in the cut-off (vouchers pay first, each up to what it has), so a
+        # binary search over milliseconds finds the latest instant the payer can afford exactly.
+        lo, hi = min(a.billed_until_ms for a in allocations), now_ms
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if split_at(upto(mid))[1].cash_minor <= budget:
+                lo = mid
+            else:
+                hi = mid
+        cutoff = lo
+        targets = upto(cutoff)
+        charges, paid = split_at(targets)
+    total = sum(charges.values())
 
     tx_id: int | None = None
     if total > 0:
-        key = idempotency_key("usage", user_id, *sorted(f"{a.id}@{a.billed_until_ms}" for a in allocations))
+        key = idempotency_key("usage", billing_account_id, *sorted(f"{a.id}@{a.billed_until_ms}" for a in allocations))
         revenue = system_account(session, "revenue")
+        postings = [Posting(revenue.id, total)]
+        if paid.cash_minor:
+            postings.append(Posting(cash_account(session, billing_account_id).id, -paid.cash_minor))
+        accounts_by_grant = {g.id: a.id for g, a, _c in vouchers}
+        for grant_id, taken in paid.taken_by_voucher.items():
+            postings.append(Posting(accounts_by_grant[grant_id], -taken))
+        floors = {p.account_id: 0 for p in postings if p.account_id != revenue.id}
+        floors[cash_account(session, billing_account_id).id] = floor
         tx = post(
             session,
             key=key,
             kind="usage",
             memo=f"GPU usage of {len(allocations)} allocation(s)",
-            postings=[Posting(acct.id, -total), Posting(revenue.id, total)],
+            postings=postings,
             now_ms=now_ms,
-            floors={acct.id: floor},
+            floors=floors,
         )
         tx_id = tx.id
     rows = []
     moves = []
     for a in allocations:
         new_until = targets[a.id]
-        # An exhausted user's allocations all end (for billing) where the balance ran out.
-        settled = exhausted or (a.ended_at_ms is not None and new_until >= a.ended_at_ms)
+        # An exhausted payer's allocations all end (for billing) where the money ran out; a capped
+        # one where its budget did.
+        stopped_here = exhausted or a.id in capped
+        settled = stopped_here or (a.ended_at_ms is not None and new_until >= a.ended_at_ms)
         if new_until == a.billed_until_ms and not settled:
             continue
         moves.append(
@@ -113,21 +225,25 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
                 "b_until": new_until,
                 "b_charge": charges[a.id],
                 "b_settled": settled,
-                "b_ended": new_until if exhausted else a.ended_at_ms,
+                "b_ended": new_until if stopped_here else a.ended_at_ms,
             }
         )
         if new_until > a.billed_until_ms:  # every second is recorded, charged or not
+            gross = _charge(a, new_until, discounted=False)
             rows.append(
                 {
                     "allocation_id": a.id,
                     "start_ms": a.billed_until_ms,
                     "end_ms": new_until,
                     "amount_minor": charges[a.id],
+                    "gross_minor": gross,
+                    "discount_minor": gross - charges[a.id],
+                    "voucher_minor": paid.voucher_by_charge.get(a.id, 0),
                     "transaction_id": tx_id if charges[a.id] > 0 else None,
                 }
             )
     if moves:
-        # One executemany for all of the user's allocations; each row is still guarded by its old
+        # One executemany for all of the payer's allocations; each row is still guarded by its old
         # mark, and the summed row count (both drivers report it for executemany) must match.
         table = cast(Table, Allocation.__table__)
         result = session.connection().execute(
@@ -145,38 +261,37 @@ def meter_user(session: Session, user_id: int, allocations: list[Allocation], no
             raise Conflict("meter_race", "these allocations were metered concurrently; retry the tick")
     if rows:
         session.execute(insert(UsageRecord), rows)
+    capped_instances = tuple(sorted({a.instance_id for a in allocations if a.id in capped}))
     for a in allocations:
         session.expire(a)
-    return MeterResult(total, exhausted, cutoff)
+    if total > 0:
+        announce(session, billing_account_id, now_ms)
+    return MeterResult(total, exhausted, cutoff, capped_instances)
 
 
-def open_allocations_by_user(session: Session, user_ids: list[int] | None = None) -> dict[int, list[Allocation]]:
+def open_allocations_by_account(session: Session, account_ids: list[int] | None = None) -> dict[int, list[Allocation]]:
     stmt = select(Allocation).where(Allocation.settled.is_(False)).order_by(Allocation.id)
-    if user_ids is not None:
-        stmt = stmt.where(Allocation.user_id.in_(user_ids))
+    if account_ids is not None:
+        stmt = stmt.where(Allocation.billing_account_id.in_(account_ids))
     out: dict[int, list[Allocation]] = {}
     for alloc in session.scalars(stmt):
-        out.setdefault(alloc.user_id, []).append(alloc)
+        out.setdefault(alloc.billing_account_id, []).append(alloc)
     return out
 
 
 def unbilled_minor(alloc: Allocation, now_ms: int) -> int:
     """Live cost not yet posted to the ledger (for ``ps``/``show``)."""
-    return charge_between(
-        alloc.price_per_hour_minor, alloc.gpu_count, alloc.started_at_ms, alloc.billed_until_ms, _target(alloc, now_ms)
-    )
+    return _charge(alloc, _target(alloc, now_ms))
 
 
-def exhaustion_ms(
-    allocations: list[Allocation], balance_minor: int, credit_limit_minor: int, now_ms: int
-) -> int | None:
-    """When the user's balance (plus credit) will run out if these allocations keep running,
-    or None if not within a day. The control loop meters that user then, not a tick later."""
+def exhaustion_ms(allocations: list[Allocation], budget_minor: int, now_ms: int) -> int | None:
+    """When the payer's money (vouchers, balance and credit: ``budget_minor``) will run out if
+    these allocations keep running, or None if not within a day. The control loop meters that
+    payer then, not a tick later; the meter itself finds the exact cut-off."""
     open_allocs = [a for a in allocations if a.ended_at_ms is None]
     if not open_allocs:
         return None
     horizon = now_ms + 86_400_000
-    spec = [(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, a.billed_until_ms, horizon) for a in open_allocs]
-    budget = max(0, balance_minor + credit_limit_minor)
-    last_ok = latest_affordable_ms(spec, budget, min(a.billed_until_ms for a in open_allocs), horizon)
+    spec = [(allocation_rate(a), a.billed_until_ms, horizon) for a in open_allocs]
+    last_ok = latest_affordable_ms(spec, max(0, budget_minor), min(a.billed_until_ms for a in open_allocs), horizon)
     return None if last_ok >= horizon else last_ok + 1

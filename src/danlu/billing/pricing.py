@@ -1,37 +1,32 @@
-"""The price model: per-GPU-hour prices per plan and GPU model, time-of-day tariffs, and rating.
+"""The price model: per-GPU-hour prices per plan and GPU model, and time-of-day tariffs.
 
-Pure: no I/O, no clock. Both the simulator and the live engine rate usage through :func:`rate`.
+Pure: no I/O, no clock. This module says what a GPU-hour costs and when a tariff is in force; it
+does not rate usage. Rating (whole seconds, tariff parts, the one rounding) is
+:mod:`danlu.billing.rating`, the only rater, used by the live meter, the simulator and the advisor.
 
-Units and exactness
--------------------
+Units
+-----
 * Prices are ``int`` minor units per GPU-hour. Tariff multipliers are ``Decimal``.
 * Time is ``int`` epoch milliseconds; intervals are half-open ``[start_ms, end_ms)``.
-* A usage interval is split exactly at tariff boundaries (local wall-clock times in the tariff's
-  timezone). Each segment carries its *exact* amount as a :class:`~fractions.Fraction` of minor units.
-* **Rounding happens once per rated interval**: ``total_minor = round_minor(sum(exact amounts))``
-  (ROUND_HALF_UP, see :mod:`danlu.core.money`). Segments are never rounded on their own, so
-  ``rate([a, c)).exact == rate([a, b)).exact + rate([b, c)).exact`` holds exactly and the rounded
-  totals differ by at most one minor unit per extra interval.
+* A tariff's window is local wall-clock time in its timezone (``zoneinfo``), so on DST days a
+  local day has 23 or 25 hours; :func:`tariff_boundaries` gives the exact instants where windows
+  open and close, :func:`active_tariff` the rule in force at an instant.
 
 Plans
 -----
-:class:`Plan` names how time is priced. Each plan has a rater in :data:`RATERS`; later plans
-(packages, reserved commitments) add an enum member and a rater without touching callers.
+:class:`Plan` names how time is priced; :class:`PriceBook` holds a price per (GPU model, plan).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
-from decimal import Decimal, localcontext
+from decimal import Decimal
 from enum import StrEnum
-from fractions import Fraction
 from zoneinfo import ZoneInfo
 
 from danlu.core.errors import InvalidInput
-from danlu.core.money import round_minor
 
 MS_PER_HOUR = 3_600_000
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -95,32 +90,6 @@ class PriceBook:
         return PriceBook(self.currency, self.prices, ())
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    start_ms: int
-    end_ms: int
-    multiplier: Decimal
-    tariff: str | None
-    exact: Fraction  # exact minor units, never rounded on its own
-
-
-@dataclass(frozen=True, slots=True)
-class Rating:
-    segments: tuple[Segment, ...]
-    exact: Fraction = field(default=Fraction(0))
-
-    @property
-    def total_minor(self) -> int:
-        """The one rounding of this interval (ROUND_HALF_UP via :func:`round_minor`)."""
-        return round_minor_fraction(self.exact)
-
-
-def round_minor_fraction(value: Fraction) -> int:
-    with localcontext() as ctx:
-        ctx.prec = 60
-        return round_minor(Decimal(value.numerator) / Decimal(value.denominator))
-
-
 def _to_ms(dt: datetime) -> int:
     delta = dt.astimezone(UTC) - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
@@ -163,37 +132,6 @@ def active_tariff(tariffs: Iterable[Tariff], plan: Plan, at_ms: int) -> Tariff |
                 if _to_ms(begin) <= at_ms < _to_ms(end) and (best is None or tariff.multiplier < best.multiplier):
                     best = tariff
     return best
-
-
-Rater = Callable[[PriceBook, str, Plan, int, int, int], Rating]
-
-
-def rate_hourly(book: PriceBook, gpu_model: str, plan: Plan, start_ms: int, end_ms: int, gpus: int) -> Rating:
-    """Per-GPU-hour pricing with time-of-day tariffs: the rater of on-demand and interruptible."""
-    if end_ms < start_ms or gpus < 0:
-        raise InvalidInput("invalid_interval", "a rated interval needs start <= end and gpus >= 0")
-    price = book.price(gpu_model, plan)
-    tariffs = [t for t in book.tariffs if t.applies_to(plan)]
-    edges = [start_ms, *tariff_boundaries(tariffs, start_ms, end_ms), end_ms]
-    segments: list[Segment] = []
-    total = Fraction(0)
-    for seg_start, seg_end in itertools.pairwise(edges):
-        if seg_end <= seg_start:
-            continue
-        tariff = active_tariff(tariffs, plan, seg_start)
-        multiplier = tariff.multiplier if tariff else Decimal(1)
-        exact = Fraction(price * gpus * (seg_end - seg_start), MS_PER_HOUR) * Fraction(multiplier)
-        total += exact
-        segments.append(Segment(seg_start, seg_end, multiplier, tariff.name if tariff else None, exact))
-    return Rating(tuple(segments), total)
-
-
-RATERS: dict[Plan, Rater] = {Plan.ON_DEMAND: rate_hourly, Plan.INTERRUPTIBLE: rate_hourly}
-
-
-def rate(book: PriceBook, gpu_model: str, plan: Plan, start_ms: int, end_ms: int, gpus: int) -> Rating:
-    """Rate ``gpus`` GPUs of ``gpu_model`` used over ``[start_ms, end_ms)`` under ``plan``."""
-    return RATERS[plan](book, gpu_model, plan, start_ms, end_ms, gpus)
 
 
 def next_window_start(tariffs: Iterable[Tariff], plan: Plan, at_ms: int, horizon_ms: int) -> int | None:

@@ -8,13 +8,23 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from danlu.accounts import teams
 from danlu.accounts.service import get_user_by_name
-from danlu.billing.accounts import currency, find_transaction, idempotency_key, topup, user_account
+from danlu.billing.accounts import (
+    billing_account,
+    cash_account,
+    currency,
+    find_transaction,
+    idempotency_key,
+    personal_account,
+    topup,
+)
+from danlu.billing.price_plans import record_price
 from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
-from danlu.core.errors import Conflict, InvalidInput
+from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor, parse_amount
-from danlu.db.models import LedgerEntry, LedgerTransaction, Price, User
+from danlu.db.models import BillingAccount, LedgerEntry, LedgerTransaction, Price, Team, User
 
 
 @dataclass
@@ -31,65 +41,84 @@ class BalanceView:
         }
 
 
-def balance(p: Platform, user: User) -> BalanceView:
+def _balance_view(s: Session, billing_account_id: int) -> BalanceView:
+    return BalanceView(
+        cash_account(s, billing_account_id).balance_minor,
+        billing_account(s, billing_account_id).credit_limit_minor,
+        currency(s),
+    )
+
+
+def balance(p: Platform, user: User, team: str | None = None) -> BalanceView:
+    """The cash balance of the caller's personal account, or of ``team`` (any member may look)."""
     with p.db.read() as s:
-        fresh = s.get(User, user.id)
-        assert fresh is not None
-        return BalanceView(user_account(s, user.id).balance_minor, fresh.credit_limit_minor, currency(s))
+        return _balance_view(
+            s, teams.resolve_payer(s, user, team, spend=False) if team else personal_account(s, user.id).id
+        )
 
 
-def admin_topup(p: Platform, name: str, amount: str, key: str | None) -> tuple[BalanceView, bool]:
-    """Top up ``name`` by ``amount`` (a decimal string). With the same ``key`` for the same user
-    and amount, a retry changes nothing and reports ``created=False``; the same key for another
-    amount is a conflict. Keys are the user's own: another user's identical key is unrelated."""
+def _payer_by_name(s: Session, name: str, team: bool) -> BillingAccount:
+    if team:
+        row = s.scalars(select(Team).where(Team.name == name)).first() if len(name) <= 64 else None
+        if row is None:
+            raise NotFound("team_not_found", f"no team named {name!r}; see `danlu admin team list`")
+        return billing_account(s, row.billing_account_id)
+    return personal_account(s, get_user_by_name(s, name).id)
+
+
+def admin_topup(
+    p: Platform, name: str, amount: str, key: str | None, *, team: bool = False
+) -> tuple[BalanceView, bool]:
+    """Top up user (or ``team``) ``name`` by ``amount`` (a decimal string). With the same ``key``
+    for the same account and amount, a retry changes nothing and reports ``created=False``; the
+    same key for another amount is a conflict. Keys are the account's own: another account's
+    identical key is unrelated."""
     key = key or str(uuid.uuid4())
     if not 0 < len(key) <= 120:
         raise InvalidInput("invalid_idempotency_key", "idempotency keys are 1 to 120 characters")
     try:
         with p.db.write() as s:
-            user = get_user_by_name(s, name)
+            ba = _payer_by_name(s, name, team)
             minor = parse_amount(amount, currency(s), allow_zero=False)
-            full_key = idempotency_key("topup", user.id, key)
+            full_key = idempotency_key("topup", ba.id, key)
             existing = find_transaction(s, full_key)
             if existing is None:
-                topup(s, user, minor, full_key, p.clock.now_ms())
+                topup(s, ba, minor, full_key, p.clock.now_ms())
             else:
-                _check_same_topup(s, existing, user.id, minor)
-            created, user_id = existing is None, user.id
+                _check_same_topup(s, existing, ba.id, minor)
+            created, ba_id = existing is None, ba.id
     except Conflict as exc:
         if exc.code != "duplicate_transaction":
             raise
         with p.db.read() as s:  # lost a race with the same key: the other request recorded it
-            user_id = get_user_by_name(s, name).id
+            ba_id = _payer_by_name(s, name, team).id
             existing = find_transaction(s, full_key)
             assert existing is not None
-            _check_same_topup(s, existing, user_id, minor)
+            _check_same_topup(s, existing, ba_id, minor)
         created = False
     with p.db.read() as s:
-        fresh = s.get(User, user_id)
-        assert fresh is not None
-        return BalanceView(user_account(s, user_id).balance_minor, fresh.credit_limit_minor, currency(s)), created
+        return _balance_view(s, ba_id), created
 
 
-def _check_same_topup(s: Session, tx: LedgerTransaction, user_id: int, amount_minor: int) -> None:
+def _check_same_topup(s: Session, tx: LedgerTransaction, billing_account_id: int, amount_minor: int) -> None:
     credited = s.execute(
         select(LedgerEntry.amount_minor).where(
-            LedgerEntry.transaction_id == tx.id, LedgerEntry.account_id == user_account(s, user_id).id
+            LedgerEntry.transaction_id == tx.id, LedgerEntry.account_id == cash_account(s, billing_account_id).id
         )
     ).scalar_one_or_none()
     if credited != amount_minor:
         raise Conflict(
             "idempotency_key_reused",
-            "this Idempotency-Key was already used for a different top-up of this user; use a new key",
+            "this Idempotency-Key was already used for a different top-up of this account; use a new key",
         )
 
 
-def set_credit_limit(p: Platform, name: str, amount: str) -> BalanceView:
+def set_credit_limit(p: Platform, name: str, amount: str, *, team: bool = False) -> BalanceView:
     with p.db.write() as s:
-        user = get_user_by_name(s, name)
-        cur = currency(s)
-        user.credit_limit_minor = parse_amount(amount, cur, field="credit limit")
-        return BalanceView(user_account(s, user.id).balance_minor, user.credit_limit_minor, cur)
+        ba = _payer_by_name(s, name, team)
+        ba.credit_limit_minor = parse_amount(amount, currency(s), field="credit limit")
+        s.flush()
+        return _balance_view(s, ba.id)
 
 
 def set_price(p: Platform, gpu_model: str, price_per_hour: str, interruptible: str | None = None) -> Price:
@@ -114,16 +143,20 @@ def set_price(p: Platform, gpu_model: str, price_per_hour: str, interruptible: s
             price = Price(gpu_model=model, price_per_hour_minor=minor, currency=cur, updated_at_ms=now)
             s.add(price)
         price.price_per_hour_minor, price.updated_at_ms = minor, now
+        record_price(s, model, "on-demand", minor, cur, now)
         if interruptible is not None:
             price.interruptible_price_per_hour_minor = spot
+            record_price(s, model, "interruptible", spot, cur, now)
         s.flush()
         return price
 
 
-def statement(p: Platform, user: User, limit: int = 100) -> list[dict[str, object]]:
-    """The user's ledger entries, newest first."""
+def statement(p: Platform, user: User, limit: int = 100, team: str | None = None) -> list[dict[str, object]]:
+    """The cash ledger entries of the caller's personal account (or ``team``'s), newest first."""
     with p.db.read() as s:
-        acct = user_account(s, user.id)
+        acct = cash_account(
+            s, teams.resolve_payer(s, user, team, spend=False) if team else personal_account(s, user.id).id
+        )
         cur = currency(s)
         rows = s.execute(
             select(

@@ -18,18 +18,21 @@ def login(
     console.print(f"logged in to {url} as {me['name']} (saved in {path})")
 
 
-def balance(as_json: bool = JsonOpt) -> None:
-    """Your prepaid balance."""
-    data = Client().get("/balance")
+TeamOpt = typer.Option(None, "--team", help="A team's instead of your personal account.")
+
+
+def balance(team: str = TeamOpt, as_json: bool = JsonOpt) -> None:
+    """Your prepaid balance (or a team's)."""
+    data = Client().get("/balance", params={"team": team} if team else None)
     if as_json:
         print_json(data)
     else:
         console.print(f"balance {data['balance']} {data['currency']}  (credit limit {data['credit_limit']})")
 
 
-def ledger(limit: int = typer.Option(20, "--limit"), as_json: bool = JsonOpt) -> None:
-    """Your ledger entries, newest first."""
-    rows = Client().get("/ledger", params={"limit": limit})
+def ledger(limit: int = typer.Option(20, "--limit"), team: str = TeamOpt, as_json: bool = JsonOpt) -> None:
+    """Your ledger entries (or a team's), newest first."""
+    rows = Client().get("/ledger", params={"limit": limit, **({"team": team} if team else {})})
     if as_json:
         print_json(rows)
     else:
@@ -52,6 +55,10 @@ def offers(
         r["gpus"] = f"{r['free']}/{r['total']} free"
         r["price"] = f"{r['price_per_hour']} {r['currency']}/GPU-h" if r["price_per_hour"] else "not priced yet"
         r["spot"] = r["interruptible_price_per_hour"] or "-"
+        r["now"] = f"{r['price_now']} ({r['tariff_now']})" if r.get("tariff_now") else (r.get("price_now") or "-")
+        r["cheaper"] = (
+            f"{r['next_cheaper_price']} from {r['next_cheaper_at']}" if r.get("next_cheaper_at") else "-"
+        )
         r["kind"] = "SIMULATED" if r["simulated"] else "real"
         r["per_gpu"] = (
             f"{r['vcpus_per_gpu']} vCPU, {r['memory_per_gpu_mb'] / 1024:.1f} GB RAM" if r["vcpus_per_gpu"] else "-"
@@ -70,6 +77,8 @@ def offers(
             ("gpus", "GPUs"),
             ("max_per_host", "max/host"),
             ("price", "price"),
+            ("now", "price now"),
+            ("cheaper", "next cheaper window"),
             ("spot", "interruptible"),
             ("per_gpu", "per GPU"),
             ("kind", "kind"),

@@ -41,6 +41,7 @@ def rent(
     image: str = typer.Option("host", "--image", help="Root filesystem to run in (see `danlu images`)."),
     env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
     env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
+    team: str = typer.Option(None, "--team", help="Pay from this team's balance (default: your default team)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Rent COUNT GPUs and run COMMAND on exactly them, in a sandbox. Billing is per second."""
@@ -52,6 +53,7 @@ def rent(
         "interruptible": interruptible,
         "image": image,
         "env": parse_env(env, env_file),
+        "team": team,
     }
     v = Client().post("/instances", json=body)
     if as_json:
@@ -89,6 +91,10 @@ def show(instance_id: str, as_json: bool = JsonOpt) -> None:
         ("sandbox_text", "sandbox"),
     ]:
         console.print(f"{label:>12}: {r.get(key)}", markup=False, highlight=False)
+    for key, label in [("stopped_storage_per_day", "storage/day"), ("workspace_release_at", "released at")]:
+        if v.get(key) is not None:  # a stopped instance whose workspace is kept
+            extra = f" {v['currency']}" if key == "stopped_storage_per_day" else ""
+            console.print(f"{label:>12}: {v[key]}{extra}", markup=False, highlight=False)
 
 
 def sandbox_text(sb: dict[str, Any] | None) -> str:
@@ -117,9 +123,25 @@ def images(as_json: bool = JsonOpt) -> None:
 
 
 def stop(instance_id: str, as_json: bool = JsonOpt) -> None:
-    """Stop: GPU billing ends now; SIGTERM, then SIGKILL after the grace period. Workspace kept."""
-    v = Client().post(f"/instances/{instance_id}/stop")
-    print_json(v) if as_json else console.print(f"{v['id']} {v['status']}; final cost {v['cost']} {v['currency']}")
+    """Stop: GPU billing ends now; SIGTERM, then SIGKILL after the grace period. Workspace kept
+    (at the operator's storage price, shown before it stops; released only after a warning)."""
+    client = Client()
+    if not as_json:
+        before = client.get(f"/instances/{instance_id}")
+        if before.get("stopped_storage_per_day") is not None:
+            console.print(
+                f"stopped, {instance_id} keeps its workspace for {before['stopped_storage_per_day']} "
+                f"{before['currency']}/day (storage); `danlu rm {instance_id}` deletes it instead"
+            )
+    v = client.post(f"/instances/{instance_id}/stop")
+    if as_json:
+        print_json(v)
+        return
+    console.print(f"{v['id']} {v['status']}; final cost {v['cost']} {v['currency']}")
+    if v.get("workspace_release_at"):
+        console.print(
+            f"its workspace is released at {v['workspace_release_at']} unless you start it (you are warned first)"
+        )
 
 
 def start(instance_id: str, as_json: bool = JsonOpt) -> None:

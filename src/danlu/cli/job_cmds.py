@@ -39,6 +39,7 @@ def run(
     image: str = typer.Option("host", "--image", help="Root filesystem to run in (see `danlu images`)."),
     env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
     env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
+    team: str = typer.Option(None, "--team", help="Pay from this team's balance (default: your default team)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Queue a training job; the scheduler runs it on the cheapest GPUs that meet its needs."""
@@ -53,6 +54,7 @@ def run(
         "priority": priority,
         "image": image,
         "env": parse_env(env, env_file),
+        "team": team,
     }
     v = Client().post("/jobs", json=body)
     if as_json:

@@ -24,6 +24,13 @@ COMMAND_MODULES = [
     "danlu.cli.job_cmds",
     "danlu.cli.simulate_cmds",
     "danlu.cli.advisor_cmds",
+    "danlu.cli.team_cmds",
+    "danlu.cli.voucher_cmds",
+    "danlu.cli.billing_cmds",
+    "danlu.cli.budget_cmds",
+    "danlu.cli.student_cmds",
+    "danlu.cli.tariff_cmds",
+    "danlu.cli.storage_cmds",
     # -- capability command modules above this line --
 ]
 

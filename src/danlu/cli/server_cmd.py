@@ -45,6 +45,9 @@ def server(
         "", "--simulate-gpus", help=f"Declare simulated GPUs instead of NVML, e.g. {DEFAULT_SIMULATED_SPEC}"
     ),
     currency: str = typer.Option("CNY", "--currency", help="Deployment currency (fixed once money exists)."),
+    timezone: str = typer.Option(
+        "UTC", "--timezone", help="Deployment time zone for invoice months and tariff hours (fixed at first start)."
+    ),
     stop_grace: int = typer.Option(10, "--stop-grace", help="Seconds between SIGTERM and SIGKILL on stop."),
     exhausted_grace: int = typer.Option(0, "--exhausted-grace", help="Grace in seconds when a balance runs out."),
     meter_interval: float = typer.Option(10.0, "--meter-interval", help="Seconds between ledger postings."),
@@ -129,6 +132,7 @@ def server(
             host_settings=host_settings,
             sandbox=sandbox,
             sandbox_dir=sandbox_dir,
+            timezone=timezone,
         )
     except DanluError as exc:
         typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
@@ -144,6 +148,7 @@ def server(
         sandbox_uid_first=uid_first,
         sandbox_uid_count=uid_count,
         sandbox_dir=sandbox_dir,
+        timezone=timezone,  # the same zone bootstrap locked into the database
     )
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)

@@ -17,20 +17,25 @@ from collections.abc import Iterable
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import lock_user_account, user_account
-from danlu.billing.metering import meter_user
-from danlu.billing.rating import cumulative_cost
+from danlu.accounts import teams
+from danlu.billing import posting, storage, tariffs
+from danlu.billing.accounts import billing_account, cash_account, lock_billing_account, personal_account
+from danlu.billing.metering import meter_account, usable_vouchers
+from danlu.billing.price_plans import current_plan, plan_for_usage
+from danlu.billing.pricing import Plan
+from danlu.billing.rating import Rate, cumulative_cost
+from danlu.billing.student import allocation_discount_bp
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, images
 from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
-from danlu.compute.lifecycle import BILLED, HAS_PROCESS, Status, check_transition
-from danlu.compute.quotas import check_quota
+from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, check_transition
+from danlu.compute.quotas import check_member_quota, check_quota
 from danlu.compute.runs import build_spec, check_may_run, prepare_control_dir, write_preempt_deadline
-from danlu.compute.views import InstanceView, get_owned, show
+from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.core.errors import InsufficientFunds, InvalidInput, NoCapacity
+from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
@@ -56,6 +61,10 @@ def transition(
     if to not in BILLED:
         end_ms = now_ms if billing_end_ms is None else billing_end_ms
         end_allocation(session, inst, end_ms, release=to not in HAS_PROCESS)
+    if current in KEEPS_WORKSPACE and to not in KEEPS_WORKSPACE:
+        end_storage(session, inst, now_ms)
+    if to in KEEPS_WORKSPACE and current not in KEEPS_WORKSPACE and inst.job_id is None:
+        start_storage(session, inst, now_ms)
     session.add(
         InstanceEvent(instance_id=inst.id, from_status=current.value, to_status=to.value, reason=reason, at_ms=now_ms)
     )
@@ -96,24 +105,24 @@ def plan_price(session: Session, gpu_model: str, plan: str) -> Price:
     return price
 
 
-def price_for_plan(price: Price, plan: str) -> int:
-    if plan == "interruptible" and price.interruptible_price_per_hour_minor is not None:
-        return price.interruptible_price_per_hour_minor
-    return price.price_per_hour_minor
-
-
-def _new_allocation(s: Session, inst: Instance, plan: str, rate: int, cur: str, now_ms: int) -> Allocation:
-    """An open allocation for ``inst`` starting now, flushed so it has an id (GPUs not yet bound)."""
+def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int) -> Allocation:
+    """An open allocation for ``inst`` starting now at the current price plan of ``plan``, with the
+    payer's discount, flushed so it has an id (GPUs not yet bound)."""
+    row = plan_for_usage(s, inst.gpu_model, plan)
     alloc = Allocation(
         instance_id=inst.id,
         user_id=inst.user_id,
+        billing_account_id=inst.billing_account_id,
         host_id=None,
         gpu_model=inst.gpu_model,
         gpu_count=inst.gpu_count,
         gpu_indices="",
         plan=plan,
-        price_per_hour_minor=rate,
-        currency=cur,
+        price_plan_id=row.id,
+        price_per_hour_minor=row.price_per_hour_minor,
+        discount_bp=allocation_discount_bp(s, inst.billing_account_id),
+        tariffs_json=tariffs.snapshot(s, plan, now_ms),
+        currency=row.currency,
         started_at_ms=now_ms,
         ended_at_ms=None,
         billed_until_ms=now_ms,
@@ -128,27 +137,47 @@ def _new_allocation(s: Session, inst: Instance, plan: str, rate: int, cur: str, 
 def open_allocation(
     p: Platform, session: Session, inst: Instance, now_ms: int, *, plan: str = "on-demand", host_id: int | None = None
 ) -> Allocation:
-    """Claim GPUs for ``inst`` at the current price of ``plan``, after checking the user's
-    balance (plus credit limit) covers ``min_prepaid_seconds`` of it."""
-    lock_user_account(session, inst.user_id)  # serialises this user's claims: quota and balance checks hold
+    """Claim GPUs for ``inst`` at the current price of ``plan``, after checking that what the payer
+    can spend (vouchers in scope, balance and credit limit) covers ``min_prepaid_seconds`` of it."""
+    # Lock order: the renter's personal account (serialises the person's claims, so quota checks
+    # hold across the accounts they rent on), then the payer's if it is another (a team's).
+    personal = personal_account(session, inst.user_id).id
+    lock_billing_account(session, personal)
+    if inst.billing_account_id != personal:
+        lock_billing_account(session, inst.billing_account_id)
     if inst.job_id is None:  # job runs are kept within quota by the scheduler
         check_quota(session, inst.user_id, inst.gpu_count)
+        check_member_quota(session, inst.billing_account_id, inst.user_id, inst.gpu_count)
     if allocations.capacity(session, inst.gpu_model)[1] == 0:
         raise NoCapacity("model_not_offered", f"this platform has no {inst.gpu_model} GPUs; see `danlu offers`")
     price = plan_price(session, inst.gpu_model, plan)
-    rate = price_for_plan(price, plan)
-    acct = user_account(session, inst.user_id)
-    credit_limit = session.execute(select(User.credit_limit_minor).where(User.id == inst.user_id)).scalar_one()
-    needed = cumulative_cost(rate, inst.gpu_count, p.settings.min_prepaid_seconds)
-    if acct.balance_minor + credit_limit < max(needed, 1):
+    row = plan_for_usage(session, inst.gpu_model, plan)
+    cash = cash_account(session, inst.billing_account_id).balance_minor
+    credit_limit = billing_account(session, inst.billing_account_id).credit_limit_minor
+    needed = cumulative_cost(
+        Rate(
+            row.price_per_hour_minor,
+            inst.gpu_count,
+            now_ms,
+            Plan(plan),
+            discount_bp=allocation_discount_bp(session, inst.billing_account_id),
+        ),
+        p.settings.min_prepaid_seconds,
+    )
+    slots = [
+        posting.VoucherSlot(g.id, a.balance_minor, c.scope_model, c.scope_plan, c.percent_bp)
+        for g, a, c in usable_vouchers(session, inst.billing_account_id, now_ms)
+    ]
+    cash_needed = posting.split([posting.Charge(0, inst.gpu_model, plan, max(needed, 1))], slots).cash_minor
+    if cash_needed > 0 and cash + credit_limit < cash_needed:
         cur = price.currency
         raise InsufficientFunds(
             "insufficient_funds",
-            f"your balance {format_minor(acct.balance_minor, cur)} {cur} does not cover "
+            f"the balance {format_minor(cash, cur)} {cur} (and vouchers) does not cover "
             f"{p.settings.min_prepaid_seconds} s of {inst.gpu_count}× {inst.gpu_model} "
             f"({format_minor(needed, cur)} {cur}); top up first",
         )
-    alloc = _new_allocation(session, inst, plan, rate, price.currency, now_ms)
+    alloc = _new_allocation(session, inst, plan, now_ms)
     claimed_host, gpus = allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id)
     alloc.host_id = claimed_host
     alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
@@ -220,19 +249,72 @@ def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
     p.backend.start(handle)
 
 
+def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
+    """The instance stopped with its workspace kept: measure it and bill it at the storage price
+    plan from now (danlu.billing.storage); the retention clock starts."""
+    inst.stopped_at_ms, inst.storage_warned_at_ms = now_ms, None
+    if inst.workspace_released_at_ms is not None or inst.storage_allocation_id is not None:
+        return
+    row = current_plan(session, storage.MODEL, storage.PLAN)
+    size = workspace_bytes(inst.workspace)
+    if row is None or row.price_per_hour_minor == 0 or storage.mib(size) == 0:
+        return  # free storage (or nothing stored): retention still applies, nothing is billed
+    alloc = Allocation(
+        instance_id=inst.id,
+        user_id=inst.user_id,
+        billing_account_id=inst.billing_account_id,
+        host_id=inst.host_id,
+        gpu_model=storage.MODEL,
+        gpu_count=storage.mib(size),
+        gpu_indices="",
+        plan=storage.PLAN,
+        price_plan_id=row.id,
+        price_per_hour_minor=row.price_per_hour_minor,
+        discount_bp=0,
+        tariffs_json="",
+        currency=row.currency,
+        started_at_ms=now_ms,
+        ended_at_ms=None,
+        billed_until_ms=now_ms,
+        billed_minor=0,
+        settled=False,
+    )
+    session.add(alloc)
+    session.flush()
+    inst.storage_allocation_id = alloc.id
+
+
+def end_storage(session: Session, inst: Instance, end_ms: int) -> None:
+    """Stop billing the stored workspace (the instance starts again, is removed, or released)."""
+    inst.stopped_at_ms = None
+    inst.storage_warned_at_ms = None
+    if inst.storage_allocation_id is None:
+        return
+    lock_billing_account(session, inst.billing_account_id)
+    alloc = session.get(Allocation, inst.storage_allocation_id, populate_existing=True)
+    inst.storage_allocation_id = None
+    if alloc is None:
+        return
+    if alloc.ended_at_ms is None:
+        alloc.ended_at_ms = max(alloc.billed_until_ms, end_ms)
+        session.flush()
+    if not alloc.settled:
+        meter_account(session, alloc.billing_account_id, [alloc], max(end_ms, alloc.billed_until_ms))
+
+
 def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:
     """End GPU billing of the instance's current allocation at ``end_ms`` and post it."""
     if inst.current_allocation_id is None:
         return
-    # Same lock order as the meter: the user's account first, then (re-read under it) the allocation.
-    lock_user_account(session, inst.user_id)
+    # Same lock order as the meter: the payer's account first, then (re-read under it) the allocation.
+    lock_billing_account(session, inst.billing_account_id)
     alloc = session.get(Allocation, inst.current_allocation_id, populate_existing=True)
     assert alloc is not None
     if alloc.ended_at_ms is None:
         alloc.ended_at_ms = max(alloc.billed_until_ms, end_ms)
         session.flush()
     if not alloc.settled:
-        meter_user(session, alloc.user_id, [alloc], max(end_ms, alloc.billed_until_ms))
+        meter_account(session, alloc.billing_account_id, [alloc], max(end_ms, alloc.billed_until_ms))
     if release:
         allocations.release(session, alloc.id)
         inst.current_allocation_id = None
@@ -248,9 +330,11 @@ def rent(
     interruptible: bool = False,
     image: str = images.HOST_IMAGE,
     env: dict[str, str] | None = None,
+    team: str | None = None,
 ) -> InstanceView:
     """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them,
-    in a sandbox with ``image`` as its root and the renter's own ``env``."""
+    in a sandbox with ``image`` as its root and the renter's own ``env``, paid by ``team``'s
+    account (or the renter's default team, or their personal account)."""
     check_may_run(p, user)
     model = resolve_model(gpu_model).name
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 < gpu_count <= 1024:
@@ -265,6 +349,7 @@ def rent(
         inst = Instance(
             id=instance_id,
             user_id=user.id,
+            billing_account_id=teams.resolve_payer(s, user, team, spend=True),
             name=name,
             interruptible=interruptible,
             status=Status.PENDING.value,
@@ -295,8 +380,19 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     check_may_run(p, user)
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
+        if not teams.may_spend(s, user, inst.billing_account_id):
+            raise Forbidden(
+                "team_role_required",
+                "starting this instance spends its team's money; that needs the role member or above",
+            )
         now = p.clock.now_ms()  # under the row lock: the new interval starts after the last one ended
         check_transition(Status(inst.status), Status.PENDING, "start")
+        if inst.workspace_released_at_ms is not None:
+            raise Conflict(
+                "workspace_released",
+                f"{instance_id}'s workspace was released at {iso(inst.workspace_released_at_ms)} after it stayed "
+                "stopped past the retention period (you were warned); rent a new instance",
+            )
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
         inst.exit_code = None
         inst.run_handle = None
@@ -346,9 +442,8 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     now = p.clock.now_ms()
     old_id = inst.current_allocation_id
     transition(s, inst, Status.STOPPING, reason, now, "preempt")
-    price = plan_price(s, inst.gpu_model, "on-demand")
     old = s.get(Allocation, old_id) if old_id is not None else None
-    notice = _new_allocation(s, inst, "interruptible", price_for_plan(price, "interruptible"), price.currency, now)
+    notice = _new_allocation(s, inst, "interruptible", now)
     notice.host_id, notice.gpu_indices = inst.host_id, old.gpu_indices if old else ""
     if old_id is not None:
         s.execute(

@@ -32,6 +32,8 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 HAS_PROCESS = frozenset({S.PENDING, S.RUNNING, S.STOPPING})
+# No process, workspace kept: a rental here is billed for its stored workspace (danlu.billing.storage).
+KEEPS_WORKSPACE = frozenset({S.STOPPED, S.EXITED, S.LOST, S.FAILED})
 BILLED = frozenset({S.PENDING, S.RUNNING})  # at the rental's plan; a preemption notice bills STOPPING
 
 NEXT_STEP = {

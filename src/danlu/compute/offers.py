@@ -5,11 +5,15 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import Pool, func, select
 
+from danlu.billing import tariffs
 from danlu.billing.accounts import currency
+from danlu.billing.pricing import Plan
+from danlu.billing.rating import round_half_up
 from danlu.catalog.gpu_models import gpu_models, resolve_model
 from danlu.compute.views import ReadCache
 from danlu.context import Platform
@@ -34,9 +38,16 @@ class Offer:
     mem_per_gpu_mb: int | None = None
     disk_per_gpu_mb: int | None = None
     sandbox: str = "bubblewrap"  # bubblewrap | off | unavailable (danlu.compute.sandbox.status)
+    # The on-demand price in force now under the operator's tariffs, and the next cheaper window.
+    price_now_minor: int | None = None
+    tariff_now: str | None = None
+    next_cheaper_at_ms: int | None = None
+    next_cheaper_price_minor: int | None = None
 
 
-_OFFERS: ReadCache[str, tuple[str, tuple[Offer, ...]]] = ReadCache(("gpus", "prices", "hosts", "settings"), ttl_s=1.0)
+_OFFERS: ReadCache[str, tuple[str, tuple[Offer, ...]]] = ReadCache(
+    ("gpus", "prices", "hosts", "settings", "tariff_rules"), ttl_s=1.0
+)
 
 
 def list_offers(
@@ -46,7 +57,13 @@ def list_offers(
 
     All offers are read with three Core selects and kept until a GPU, price, host or setting is
     written in this process (a claim or release of a GPU included) or a second passes."""
-    return _select(p, _OFFERS.get(p.db.engine, p.sandbox.mode, lambda: _read_offers(p)), gpu, min_vram, max_price)
+    return _select(p, _OFFERS.get(p.db.engine, _key(p), lambda: _read_offers(p)), gpu, min_vram, max_price)
+
+
+def _key(p: Platform) -> str:
+    """Tariff windows open and close on whole local minutes: the minute is part of the key, so the
+    price now is never a window stale (reads within one minute share the cached offers)."""
+    return f"{p.sandbox.mode}@{p.clock.now_ms() // 60_000}"
 
 
 def _select(
@@ -84,12 +101,12 @@ def render_offers(
     memo = _RENDERED.get(p.db.engine.pool)
     if memo is None:
         memo = _RENDERED.setdefault(p.db.engine.pool, {})
-    key = (p.sandbox.mode, gpu, min_vram, max_price, kind)
+    key = (_key(p), gpu, min_vram, max_price, kind)
     hit = memo.get(key)
     # The cache hands out the same tuple until something changed; the memo holds it (identity is safe).
-    if hit is not None and hit[0] is _OFFERS.peek(p.db.engine, p.sandbox.mode):
+    if hit is not None and hit[0] is _OFFERS.peek(p.db.engine, _key(p)):
         return cast(R, hit[1])
-    read = _OFFERS.get(p.db.engine, p.sandbox.mode, lambda: _read_offers(p))
+    read = _OFFERS.get(p.db.engine, _key(p), lambda: _read_offers(p))
     value = render(_select(p, read, gpu, min_vram, max_price))  # validates the filters
     if len(memo) >= 1024:
         memo.clear()
@@ -123,6 +140,8 @@ def _read_offers(p: Platform) -> tuple[str, tuple[Offer, ...]]:
             h.id: h
             for h in conn.execute(select(Host.id, Host.cpus_per_gpu_milli, Host.mem_per_gpu_mb, Host.disk_per_gpu_mb))
         }
+        now = p.clock.now_ms()
+        window_now = tariffs.price_now(tariffs.current_tariffs(s, now), Plan.ON_DEMAND, now)
     table = gpu_models()
     agg: dict[str, Offer] = {}
     for model, host_id, total, busy, vram_mb, simulated in rows:
@@ -137,6 +156,13 @@ def _read_offers(p: Platform) -> tuple[str, tuple[Offer, ...]]:
             o.cpus_per_gpu_milli = min(o.cpus_per_gpu_milli or host.cpus_per_gpu_milli, host.cpus_per_gpu_milli)
             o.mem_per_gpu_mb = min(o.mem_per_gpu_mb or host.mem_per_gpu_mb, host.mem_per_gpu_mb)
             o.disk_per_gpu_mb = min(o.disk_per_gpu_mb or host.disk_per_gpu_mb, host.disk_per_gpu_mb)
+        window = window_now
+        if price is not None:
+            o.price_now_minor = round_half_up(Fraction(window.multiplier) * price)
+            o.tariff_now = window.tariff
+            o.next_cheaper_at_ms = window.next_cheaper_ms
+            if window.next_multiplier is not None:
+                o.next_cheaper_price_minor = round_half_up(Fraction(window.next_multiplier) * price)
         o.free += total - busy
         o.total += total
         o.max_per_host = max(o.max_per_host, total)

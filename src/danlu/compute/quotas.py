@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from danlu.core.errors import QuotaExceeded
-from danlu.db.models import Allocation, Gpu, Instance, User
+from danlu.db.models import Allocation, Gpu, Instance, Team, TeamMember, User
 
 
 def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, interruptible: bool | None = None) -> int:
@@ -39,6 +39,34 @@ def check_quota(session: Session, user_id: int, more_gpus: int) -> None:
             "gpu_quota_exceeded",
             f"your GPU quota is {quota} and you hold {held}; {more_gpus} more would exceed it. "
             "Stop or remove an instance, or ask your operator to raise the quota",
+            quota=quota,
+            held=held,
+        )
+
+
+def check_member_quota(session: Session, billing_account_id: int, user_id: int, more_gpus: int) -> None:
+    """A team member's own quota on the team's account (set by the team's owner or admins)."""
+    row = session.execute(
+        select(TeamMember.gpu_quota, Team.name)
+        .join(Team, Team.id == TeamMember.team_id)
+        .where(Team.billing_account_id == billing_account_id, TeamMember.user_id == user_id)
+    ).first()
+    if row is None or row[0] is None:
+        return
+    quota: int = row[0]
+    team: str = row[1]
+    held = int(
+        session.execute(
+            select(func.count(Gpu.id))
+            .join(Allocation, Allocation.id == Gpu.allocation_id)
+            .where(Allocation.user_id == user_id, Allocation.billing_account_id == billing_account_id)
+        ).scalar_one()
+    )
+    if held + more_gpus > quota:
+        raise QuotaExceeded(
+            "member_gpu_quota_exceeded",
+            f"your GPU quota in team {team} is {quota} and you hold {held} there; {more_gpus} more would exceed "
+            "it. Stop an instance, or ask the team's owner to raise it",
             quota=quota,
             held=held,
         )

@@ -24,18 +24,21 @@ changes and the meter bills on.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass, field
 
 from sqlalchemy import select, update
 
-from danlu.billing.metering import exhaustion_ms, meter_user, open_allocations_by_user
+from danlu.billing import storage, vouchers
+from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
 from danlu.compute.backends.base import RunState
-from danlu.compute.instances import is_launching, request_stop, terminate_runs, transition
-from danlu.compute.lifecycle import HAS_PROCESS, Status
+from danlu.compute.instances import end_storage, is_launching, request_stop, terminate_runs, transition
+from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status
+from danlu.compute.runs import write_preempt_deadline
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict
-from danlu.db.models import Account, Instance, User
+from danlu.db.models import Event, Instance
 
 log = logging.getLogger(__name__)
 
@@ -141,67 +144,153 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
 
 @dataclass
 class MeterReport:
-    users: int = 0
+    accounts: int = 0
     charged_minor: int = 0
-    exhausted_users: list[int] = field(default_factory=list)
+    exhausted_accounts: list[int] = field(default_factory=list)
     next_exhaustion_ms: int | None = None
+    vouchers_expired: int = 0
+    capped_instances: list[str] = field(default_factory=list)
+    storage_warned: int = 0
+    storage_released: int = 0
 
 
 def meter_all(p: Platform) -> MeterReport:
-    """Post all unbilled usage; stop every running instance of a user whose balance ran out.
+    """Expire what vouchers are due (after billing their payers up to the expiry), post all
+    unbilled usage, and stop every running instance of a payer whose money ran out.
 
-    Each user is metered in a transaction of its own, so the shared revenue account's row lock is
-    held only for one user's posting: a concurrent stop (user account, then revenue) can never wait
-    on a meter pass that holds revenue while waiting for that user (a PostgreSQL deadlock otherwise).
+    Each billing account is metered in a transaction of its own, so the shared revenue account's
+    row lock is held only for one payer's posting: a concurrent stop (payer account, then revenue)
+    can never wait on a meter pass that holds revenue while waiting for that payer (a PostgreSQL
+    deadlock otherwise).
     """
     report = MeterReport()
+    report.vouchers_expired = vouchers.expire_due(p)
     now = p.clock.now_ms()
     with p.db.read() as s:
-        by_user = open_allocations_by_user(s)
-    report.users = len(by_user)
-    for user_id, allocs in by_user.items():
+        by_account = open_allocations_by_account(s)
+    report.accounts = len(by_account)
+    for account_id, allocs in by_account.items():
         try:
             with p.db.write() as s:
-                result = meter_user(s, user_id, [s.merge(a, load=False) for a in allocs], now)
+                result = meter_account(s, account_id, [s.merge(a, load=False) for a in allocs], now)
         except Conflict as exc:  # a concurrent stop metered these first; the next pass retries
-            log.warning("meter skipped user %s: %s", user_id, exc.message)
+            log.warning("meter skipped billing account %s: %s", account_id, exc.message)
             continue
-        except Exception:  # one user's failure must not stop metering the others
-            log.exception("could not meter user %s; retrying next pass", user_id)
+        except Exception:  # one payer's failure must not stop metering the others
+            log.exception("could not meter billing account %s; retrying next pass", account_id)
             continue
         report.charged_minor += result.charged_minor
         if result.exhausted:
-            report.exhausted_users.append(user_id)
+            report.exhausted_accounts.append(account_id)
+        report.capped_instances.extend(result.capped_instances)
     report.next_exhaustion_ms = _next_exhaustion(p, now)
-    for user_id in report.exhausted_users:
-        stop_all_for_exhausted(p, user_id)
+    for account_id in report.exhausted_accounts:
+        stop_all_for_exhausted(p, account_id)
+    stop_capped(p, report.capped_instances)
+    report.storage_warned, report.storage_released = storage_retention(p)
     return report
 
 
 def _next_exhaustion(p: Platform, now: int) -> int | None:
-    """When the first user's balance (plus credit) will run out at current burn, so the loop meters
-    that user then, not at the next interval."""
+    """When the first payer's money (vouchers, balance, credit) will run out at current burn, so the
+    loop meters that payer then, not at the next interval (the next voucher expiry counts too)."""
     with p.db.read() as s:
-        remaining = open_allocations_by_user(s)
-        if not remaining:
-            return None
-        ids = list(remaining)
-        balances = dict(
-            s.execute(
-                select(Account.user_id, Account.balance_minor).where(Account.kind == "user", Account.user_id.in_(ids))
-            ).all()
-        )
-        credit = dict(s.execute(select(User.id, User.credit_limit_minor).where(User.id.in_(ids))).all())
-    times = [exhaustion_ms(a, balances.get(u, 0), credit.get(u, 0), now) for u, a in remaining.items()]
+        remaining = open_allocations_by_account(s)
+        times = [vouchers.next_expiry_ms(s)]
+        if remaining:
+            budgets = vouchers.spendable_minor(s, list(remaining), now)
+            times += [exhaustion_ms(a, budgets.get(b, 0), now) for b, a in remaining.items()]
     return min((t for t in times if t is not None), default=None)
 
 
-def stop_all_for_exhausted(p: Platform, user_id: int) -> None:
+def storage_retention(p: Platform) -> tuple[int, int]:
+    """Warn renters whose instances stayed stopped past the warning period, and release the
+    workspaces of those warned a release period ago (never one without a warning). Returns
+    (warned, released)."""
+    now = p.clock.now_ms()
+    with p.db.read() as s:
+        pol = storage.policy(s)
+        due = list(
+            s.execute(
+                select(Instance.id, Instance.stopped_at_ms, Instance.storage_warned_at_ms).where(
+                    Instance.stopped_at_ms.is_not(None),
+                    Instance.workspace_released_at_ms.is_(None),
+                    Instance.status.in_([st.value for st in KEEPS_WORKSPACE]),
+                    Instance.job_id.is_(None),
+                )
+            ).all()
+        )
+    warned = released = 0
+    for inst_id, stopped_at_or_none, warned_at in due:
+        stopped_at = int(stopped_at_or_none or 0)
+        if warned_at is None and now - stopped_at >= pol.warn_after_s * 1000:
+            with p.db.write() as s:
+                inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+                if inst is None or inst.stopped_at_ms is None or inst.storage_warned_at_ms is not None:
+                    continue
+                inst.storage_warned_at_ms = now
+                when = iso(now + pol.release_after_s * 1000)
+                s.add(
+                    Event(
+                        user_id=inst.user_id,
+                        billing_account_id=inst.billing_account_id,
+                        instance_id=inst.id,
+                        kind="storage_retention_warning",
+                        message=f"{inst.id} has been stopped since {iso(stopped_at)}; its workspace will be "
+                        f"released at {when} unless you start it (`danlu start {inst.id}`) or copy your data out",
+                        at_ms=now,
+                    )
+                )
+                warned += 1
+        elif warned_at is not None and now - int(warned_at) >= pol.release_after_s * 1000:
+            with p.db.write() as s:
+                inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+                if inst is None or inst.storage_warned_at_ms is None or inst.workspace_released_at_ms is not None:
+                    continue
+                end_storage(s, inst, now)
+                inst.workspace_released_at_ms = now
+                inst.status_reason = f"workspace released at {iso(now)} (stopped past the retention period)"
+                s.add(
+                    Event(
+                        user_id=inst.user_id,
+                        billing_account_id=inst.billing_account_id,
+                        instance_id=inst.id,
+                        kind="storage_released",
+                        message=f"{inst.id}'s workspace was released, as warned at {iso(warned_at)}",
+                        at_ms=now,
+                    )
+                )
+                workspace = inst.workspace
+            shutil.rmtree(workspace, ignore_errors=True)
+            released += 1
+    return warned, released
+
+
+def stop_capped(p: Platform, instance_ids: list[str]) -> None:
+    """Stop instances whose hard budget cap was reached, with the preemption notice: the deadline
+    file says when the run is killed; billing already ended at the cap."""
+    handles: list[str | None] = []
+    with p.db.write() as s:
+        for inst in s.scalars(
+            select(Instance)
+            .where(Instance.id.in_(instance_ids), Instance.status == Status.RUNNING.value)
+            .order_by(Instance.id)
+            .with_for_update()
+        ).all():
+            grace = p.settings.preempt_notice_s
+            write_preempt_deadline(
+                p, inst.id, f"{iso(p.clock.now_ms() + grace * 1000)}\n{(p.clock.now_ms() // 1000) + grace}\n"
+            )
+            handles.append(request_stop(p, s, inst, "hard budget cap reached: raise the budget to start again", grace))
+    terminate_runs(p, handles)
+
+
+def stop_all_for_exhausted(p: Platform, billing_account_id: int) -> None:
     handles: list[str | None] = []
     with p.db.write() as s:
         insts = s.scalars(
             select(Instance)
-            .where(Instance.user_id == user_id, Instance.status.in_([Status.RUNNING.value]))
+            .where(Instance.billing_account_id == billing_account_id, Instance.status.in_([Status.RUNNING.value]))
             .order_by(Instance.id)
             .with_for_update()
         ).all()

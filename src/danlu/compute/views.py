@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import stat
 import threading
 import time
 import weakref
@@ -17,12 +19,16 @@ from sqlalchemy import Engine, Pool, Select, bindparam, event, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from danlu.accounts import teams
 from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.billing.rating import MS_PER_SECOND, billable_seconds
+from danlu.billing.storage import MIB as storage_mib
+from danlu.billing.storage import PLAN as STORAGE_PLAN
+from danlu.billing.storage import policy as storage_policy
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.core.errors import NotFound
+from danlu.core.errors import Forbidden, NotFound
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
 
 # ---------------------------------------------------------------------------- read caches
@@ -170,15 +176,30 @@ class InstanceView:
     created_at_ms: int
     image: str = "host"
     sandbox: dict[str, object] | None = None  # what the current/last run was given (uid, limits, network)
+    storage_cost_minor: int = 0  # the part of cost_minor that is stored workspace while stopped
+    # What staying stopped costs per day (its workspace at the storage price), and when a stopped
+    # instance's workspace will be released; shown by `show` (and so after `stop`), not by `ps`.
+    stopped_storage_per_day_minor: int | None = None
+    workspace_release_at_ms: int | None = None
+    workspace_released_at_ms: int | None = None
 
 
 def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
     """The user's instance; ``for_update`` locks its row for the rest of the transaction (every
     write path does, so concurrent start/stop/rm of one instance are serialised on PostgreSQL)."""
     inst = session.get(Instance, instance_id, with_for_update=for_update, populate_existing=for_update)
-    if inst is None or inst.user_id != user.id or inst.status == Status.DESTROYED or inst.job_id is not None:
-        # Another tenant's instance is indistinguishable from a missing one.
+    if (
+        inst is None
+        or inst.status == Status.DESTROYED
+        or inst.job_id is not None
+        or not teams.may_see(session, user, inst.user_id, inst.billing_account_id)
+    ):
+        # Another tenant's (or another team's) instance is indistinguishable from a missing one.
         raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
+    if for_update and not teams.may_manage(session, user, inst.user_id, inst.billing_account_id):
+        raise Forbidden(
+            "team_role_required", "only the renter or the team's owners and admins can change this instance"
+        )
     return inst
 
 
@@ -249,9 +270,14 @@ def _view(listed: _Listed, ctx: _Context) -> InstanceView:
     now_ms = ctx.now_ms
     billed_seconds = 0
     cost = 0
+    stored = 0
     for a in listed.allocs:
-        billed_seconds += billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms)
-        cost += a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms))
+        amount = a.billed_minor + (0 if a.settled else unbilled_minor(a, now_ms))
+        cost += amount
+        if a.plan == STORAGE_PLAN:
+            stored += amount
+        else:
+            billed_seconds += billable_seconds(a.started_at_ms, a.ended_at_ms if a.ended_at_ms is not None else now_ms)
     inst, current = listed.inst, listed.current
     return InstanceView(
         id=inst.id,
@@ -272,6 +298,7 @@ def _view(listed: _Listed, ctx: _Context) -> InstanceView:
         created_at_ms=inst.created_at_ms,
         image=inst.image,
         sandbox=dict(listed.sandbox) if listed.sandbox is not None else None,
+        storage_cost_minor=stored,
     )
 
 
@@ -299,11 +326,43 @@ def _listed_view(listed: _Listed, ctx: _Context) -> InstanceView:
     return copy.copy(memo[0])
 
 
+def workspace_bytes(path: str) -> int:
+    """Bytes kept in a workspace (regular files, not following links; what is unreadable counts 0)."""
+    total = 0
+    for root, _dirs, files in os.walk(path, followlinks=False):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
 def show(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.read() as s:
         inst = get_owned(s, user, instance_id)
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
-        return _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
+        view = _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
+        if inst.job_id is None and inst.workspace_released_at_ms is None:
+            pol = storage_policy(s)
+            stored = next((a for a in allocs if a.id == inst.storage_allocation_id), None)
+            size_mib = stored.gpu_count if stored is not None else None
+            view.stopped_storage_per_day_minor = (
+                pol.per_day_minor(size_mib * storage_mib)
+                if size_mib is not None
+                else pol.per_day_minor(workspace_bytes(inst.workspace))
+            )
+            if inst.stopped_at_ms is not None:
+                since = inst.storage_warned_at_ms
+                view.workspace_release_at_ms = (
+                    since + pol.release_after_s * 1000
+                    if since is not None
+                    else inst.stopped_at_ms + (pol.warn_after_s + pol.release_after_s) * 1000
+                )
+        view.workspace_released_at_ms = inst.workspace_released_at_ms
+        return view
 
 
 _INSTANCE_COLUMNS = (
@@ -327,6 +386,9 @@ _ALLOCATION_COLUMNS = (
     Allocation.gpu_count,
     Allocation.gpu_indices,
     Allocation.price_per_hour_minor,
+    Allocation.plan,
+    Allocation.discount_bp,
+    Allocation.tariffs_json,
     Allocation.started_at_ms,
     Allocation.ended_at_ms,
     Allocation.billed_until_ms,

@@ -55,7 +55,6 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
-    credit_limit_minor: Mapped[int] = mapped_column(BigInteger, default=0)
     # Most GPUs this user may hold at once, rentals and job runs together; NULL = no limit.
     gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The unprivileged OS uid/gid this user's sandboxes run under, allocated on first use from the
@@ -63,18 +62,60 @@ class User(Base):
     sandbox_uid: Mapped[int | None] = mapped_column(Integer, nullable=True, unique=True)
     # Set while the operator has suspended the user (the reason the user is shown); NULL = active.
     suspended_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The team the user rents on when no --team is given; NULL = the personal account.
+    default_team_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class BillingAccount(Base):
+    """Who pays: a person's personal account or a team's shared one (docs/billing.md). Every money
+    row (ledger cash and voucher accounts, allocations, instances, jobs, invoices) names one."""
+
+    __tablename__ = "billing_accounts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # personal | team
+    # The person a personal account belongs to (unique: one each); NULL for a team's account.
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, unique=True)
+    name: Mapped[str] = mapped_column(String(64))
+    credit_limit_minor: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Team(Base):
+    __tablename__ = "teams"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), unique=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class TeamMember(Base):
+    __tablename__ = "team_members"
+    __table_args__ = (UniqueConstraint("team_id", "user_id", name="uq_team_members_team_user"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    role: Mapped[str] = mapped_column(String(16))  # owner | admin | member | viewer
+    # Most GPUs this member may hold at once on the team's account; NULL = no limit.
+    gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    added_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 class Account(Base):
     """A ledger account. ``balance_minor`` is a projection of its entries, kept in the same
-    transaction as the entries and guarded by a conditional UPDATE (never read-modify-write)."""
+    transaction as the entries and guarded by a conditional UPDATE (never read-modify-write).
+
+    ``kind``: cash (a billing account's balance), voucher (one voucher grant's unspent value),
+    revenue, external (money from outside), promotions (where voucher value comes from).
+    ``ref`` names the owner (``ba:ID``, ``grant:ID``, ``system``); (kind, ref) is unique, so a
+    billing account has one cash account and a grant one voucher account."""
 
     __tablename__ = "accounts"
-    __table_args__ = (UniqueConstraint("kind", "user_id", name="uq_accounts_kind_user"),)
+    __table_args__ = (UniqueConstraint("kind", "ref", name="uq_accounts_kind_ref"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))  # user | revenue | external
-    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    ref: Mapped[str] = mapped_column(String(64))
+    billing_account_id: Mapped[int | None] = mapped_column(ForeignKey("billing_accounts.id"), nullable=True, index=True)
     currency: Mapped[str] = mapped_column(String(3))
     balance_minor: Mapped[int] = mapped_column(BigInteger, default=0)
 
@@ -139,11 +180,26 @@ class Price(Base):
     updated_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class PricePlan(Base):
+    """One version of a price: rows are never updated except to mark them superseded, so an
+    allocation pointing at one is always rated by the price it started with."""
+
+    __tablename__ = "price_plans"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(32), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # on-demand | interruptible
+    price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    superseded_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
 class Instance(Base):
     __tablename__ = "instances"
     __table_args__ = (Index("ix_instances_user_status", "user_id", "status"),)
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))  # who rented it (the actor)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)  # who pays
     # Set when this instance is one run of a batch job (hidden from `ps`; the job owns it).
     job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
     # Rented at the interruptible price: the scheduler may preempt it, always with notice.
@@ -165,6 +221,12 @@ class Instance(Base):
     sandbox_json: Mapped[str] = mapped_column(Text, default="", server_default="")
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     current_allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # While stopped with its workspace kept: the allocation billing that storage (plan "storage"),
+    # since when, when the renter was warned of its release, and when it was released.
+    storage_allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    stopped_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    storage_warned_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    workspace_released_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     kill_after_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_seen_alive_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
@@ -189,12 +251,21 @@ class Allocation(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id"), nullable=True)  # set once GPUs are claimed
     gpu_model: Mapped[str] = mapped_column(String(32))
     gpu_count: Mapped[int] = mapped_column(Integer)
     gpu_indices: Mapped[str] = mapped_column(String(256))
     plan: Mapped[str] = mapped_column(String(16), default="on-demand", server_default="on-demand")
+    # The (immutable) price plan row this allocation is rated by; plan and price_per_hour_minor are
+    # its copies, kept on the row so the meter reads one table.
+    price_plan_id: Mapped[int] = mapped_column(ForeignKey("price_plans.id"), index=True)
     price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    # A discount on GPU time fixed when the allocation starts (the student discount), basis points.
+    discount_bp: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The operator's tariff rules (off-peak prices) in force when the allocation started, as JSON:
+    # what the meter rates it by for its whole life (danlu.billing.tariffs). Empty = none.
+    tariffs_json: Mapped[str] = mapped_column(Text, default="", server_default="")
     currency: Mapped[str] = mapped_column(String(3))
     started_at_ms: Mapped[int] = mapped_column(BigInteger)
     ended_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
@@ -213,7 +284,13 @@ class UsageRecord(Base):
     allocation_id: Mapped[int] = mapped_column(ForeignKey("allocations.id"))
     start_ms: Mapped[int] = mapped_column(BigInteger)
     end_ms: Mapped[int] = mapped_column(BigInteger)
-    amount_minor: Mapped[int] = mapped_column(BigInteger)
+    amount_minor: Mapped[int] = mapped_column(BigInteger)  # what was charged: vouchers + cash
+    # The split of the charge: list price, the discount off it, and what vouchers paid (the rest is cash).
+    gross_minor: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    discount_minor: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    voucher_minor: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The final invoice this interval is on (NULL until one is finalised): an interval is on one only.
+    invoice_id: Mapped[int | None] = mapped_column(ForeignKey("invoices.id"), nullable=True, index=True)
     # NULL when the interval rated 0 minor units (e.g. a few seconds of a cheap GPU): the seconds
     # are still recorded, so usage intervals tile every allocation with no gap.
     transaction_id: Mapped[int | None] = mapped_column(ForeignKey("ledger_transactions.id"), nullable=True)
@@ -228,6 +305,7 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)  # arrival order
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(Text, default="")
     command_json: Mapped[str] = mapped_column(Text)
@@ -272,3 +350,156 @@ class Image(Base):
     root_path: Mapped[str] = mapped_column(Text, default="")
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class VoucherCampaign(Base):
+    """A kind of voucher the operator offers: a fixed amount (or a percentage of each charge up to
+    ``amount_minor``), for some usage, granted on sign-up, by code or by hand."""
+
+    __tablename__ = "voucher_campaigns"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    amount_minor: Mapped[int] = mapped_column(BigInteger)  # value of each grant (a percentage's cap)
+    percent_bp: Mapped[int | None] = mapped_column(Integer, nullable=True)  # NULL = a fixed amount
+    scope_model: Mapped[str | None] = mapped_column(String(32), nullable=True)  # NULL = any GPU model
+    scope_plan: Mapped[str | None] = mapped_column(String(16), nullable=True)  # NULL = any plan
+    trigger: Mapped[str] = mapped_column(String(16))  # signup | code | manual
+    code: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
+    eligibility: Mapped[str] = mapped_column(String(16), default="all")  # all | new | student
+    valid_from_ms: Mapped[int] = mapped_column(BigInteger)
+    valid_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # last moment to redeem
+    valid_for_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # a grant's life
+    max_redemptions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_per_account: Mapped[int] = mapped_column(Integer, default=1)
+    redemptions: Mapped[int] = mapped_column(Integer, default=0)
+    priority: Mapped[int] = mapped_column(Integer, default=100)  # lower is spent first
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class VoucherGrant(Base):
+    """One voucher held by one billing account; its unspent value is the balance of its own
+    ledger account. (campaign, account, n) is unique, so redemptions beyond ``max_per_account``
+    collide in the database however many arrive at once."""
+
+    __tablename__ = "voucher_grants"
+    __table_args__ = (UniqueConstraint("campaign_id", "billing_account_id", "n", name="uq_voucher_grants_once"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("voucher_campaigns.id"), index=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    n: Mapped[int] = mapped_column(Integer)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id"), unique=True)
+    granted_at_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    expired: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Invoice(Base):
+    """One billing account's statement for one calendar month (deployment time zone). Draft while
+    the month (plus the grace window) is open; then final, numbered, and immutable (triggers)."""
+
+    __tablename__ = "invoices"
+    __table_args__ = (UniqueConstraint("billing_account_id", "period", name="uq_invoices_account_period"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    period: Mapped[str] = mapped_column(String(7))  # YYYY-MM
+    status: Mapped[str] = mapped_column(String(8))  # draft | final
+    number: Mapped[int | None] = mapped_column(Integer, nullable=True, unique=True)
+    currency: Mapped[str] = mapped_column(String(3))
+    total_minor: Mapped[int] = mapped_column(BigInteger, default=0)
+    finalized_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class InvoiceLine(Base):
+    __tablename__ = "invoice_lines"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    invoice_id: Mapped[int] = mapped_column(ForeignKey("invoices.id"), index=True)
+    instance_id: Mapped[str] = mapped_column(String(32))
+    description: Mapped[str] = mapped_column(Text)
+    plan: Mapped[str] = mapped_column(String(16))
+    seconds: Mapped[int] = mapped_column(BigInteger)
+    price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    gross_minor: Mapped[int] = mapped_column(BigInteger)
+    discount_minor: Mapped[int] = mapped_column(BigInteger)
+    voucher_minor: Mapped[int] = mapped_column(BigInteger)
+    cash_minor: Mapped[int] = mapped_column(BigInteger)
+    adjustment: Mapped[bool] = mapped_column(Boolean, default=False)  # usage of an earlier, closed period
+
+
+class IdempotencyRecord(Base):
+    """A mutating money request's first response, by (caller scope, key)."""
+
+    __tablename__ = "idempotency_records"
+    __table_args__ = (UniqueConstraint("scope", "key", name="uq_idempotency_scope_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    scope: Mapped[str] = mapped_column(String(128))
+    key: Mapped[str] = mapped_column(String(128))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    response_json: Mapped[str] = mapped_column(Text)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Event(Base):
+    """A notice for a person or an account's managers (a team member removed while running,
+    a voucher expiring …); the feed issue 10 builds on."""
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
+    billing_account_id: Mapped[int | None] = mapped_column(ForeignKey("billing_accounts.id"), nullable=True, index=True)
+    instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Verification(Base):
+    """A renter's request for academic (student) verification and the operator's decision; the
+    latest decided row of a user is their status. An approved one gives their personal account the
+    operator's student discount on GPU time (``settings.student_discount_bp``)."""
+
+    __tablename__ = "verifications"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16))  # pending | approved | refused
+    institution: Mapped[str] = mapped_column(String(128))
+    evidence: Mapped[str] = mapped_column(Text, default="")  # e.g. a university e-mail address
+    reason: Mapped[str] = mapped_column(Text, default="")  # the operator's, when decided
+    requested_at_ms: Mapped[int] = mapped_column(BigInteger)
+    decided_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class Budget(Base):
+    """A spending limit on a billing account, one member's spending on it, or one instance.
+    ``scope`` is ``account``, ``member:USER_ID`` or ``instance:ID``; (account, scope) is unique.
+    Soft: events at 50/80/100 %. Hard: the meter bills up to the cap exactly and stops the work."""
+
+    __tablename__ = "budgets"
+    __table_args__ = (UniqueConstraint("billing_account_id", "scope", name="uq_budgets_account_scope"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    scope: Mapped[str] = mapped_column(String(64))
+    period: Mapped[str] = mapped_column(String(8))  # month | total
+    soft_minor: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    hard_minor: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The highest soft threshold already announced (0, 50, 80, 100) in ``notified_period``.
+    notified_pct: Mapped[int] = mapped_column(Integer, default=0)
+    notified_period: Mapped[str] = mapped_column(String(7), default="")
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class TariffRule(Base):
+    """An operator's time-of-day price rule (off-peak hours, weekends) in the deployment's time
+    zone. Rules are never edited: retiring one sets ``retired_at_ms``; an allocation is rated by the
+    rules in force when it started, so a change never re-rates running or past work."""
+
+    __tablename__ = "tariff_rules"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    days: Mapped[str] = mapped_column(String(32))  # mon,tue,... (the day a window starts on)
+    start: Mapped[str] = mapped_column(String(5))  # HH:MM
+    end: Mapped[str] = mapped_column(String(5))  # HH:MM; <= start wraps past midnight
+    multiplier: Mapped[str] = mapped_column(String(16))  # a decimal, e.g. "0.5"
+    plans: Mapped[str] = mapped_column(String(64), default="")  # comma-separated; empty = all
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    retired_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -1,7 +1,8 @@
 """Deadline-aware deferral to cheaper tariff windows.
 
 Before starting a job, compare the exact price of running it now with running it from each of
-the next few tariff-window openings. If a later start is strictly cheaper and still finishes
+the next few tariff-window openings, as the one rater (:mod:`danlu.billing.rating`) would bill
+it (exact amounts, before the rounding). If a later start is strictly cheaper and still finishes
 before the job's deadline (or within the policy's horizon when it has none), defer to it.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from danlu.billing.pricing import Plan, PriceBook, rate, tariff_boundaries
+from danlu.billing.pricing import Plan, PriceBook, tariff_boundaries
+from danlu.billing.rating import rate_interval
 from danlu.scheduling.model import JobRequest
 
 MAX_CANDIDATES = 6
@@ -28,7 +30,7 @@ def cheaper_start(
         return None
 
     def price(start: int) -> Fraction:
-        return rate(prices, model, plan, start, start + duration_ms, job.gpus).exact
+        return rate_interval(prices, model, plan, start, start + duration_ms, job.gpus).exact
 
     best_start, best_price = now_ms, price(now_ms)
     for start in starts:

@@ -8,8 +8,9 @@ and :class:`VirtualClock`):
 
 Each :meth:`Engine.tick` (1) collects executor exits, (2) hard-stops jobs whose notice expired,
 (3) decays fair-share usage, (4) asks :func:`~danlu.scheduling.core.schedule` for decisions and
-(5) applies them. Every ended allocation interval is rated through :func:`danlu.billing.pricing.rate`
-(once per interval; the notice period is billed at the interruptible price). ``tick`` returns the
+(5) applies them. Every ended allocation interval is rated through the one rater,
+:func:`danlu.billing.rating.rate_interval` (whole seconds from the interval's start, as the live
+meter bills; the notice period is billed at the interruptible price). ``tick`` returns the
 next instant worth waking up for, or ``None``.
 
 A :class:`~danlu.scheduling.model.Preempt` with ``migrate_to`` is applied exactly like a
@@ -25,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
-from danlu.billing.pricing import Plan, PriceBook, rate
+from danlu.billing.pricing import Plan, PriceBook
+from danlu.billing.rating import rate_interval
 from danlu.core.clock import Clock
 from danlu.scheduling.core import schedule
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS, decay
@@ -257,7 +259,7 @@ class Engine:
             return
         if not self.prices.has_price(alloc.gpu_model, plan):
             plan = state.request.plan
-        cost = rate(self.prices, alloc.gpu_model, plan, start, end, alloc.gpus).total_minor
+        cost = rate_interval(self.prices, alloc.gpu_model, plan, start, end, alloc.gpus).total_minor
         self.usage_log.append(
             UsageRecord(alloc.job_id, alloc.user, alloc.gpu_model, plan, alloc.gpus, start, end, cost)
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from danlu.accounts import teams
 from danlu.billing.accounts import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.catalog.gpu_models import resolve_model
@@ -32,7 +33,7 @@ from danlu.compute.lifecycle import HAS_PROCESS
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.runs import check_may_run
 from danlu.context import Platform
-from danlu.core.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
+from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
 from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
 from danlu.scheduling.model import PRIORITIES
@@ -98,6 +99,7 @@ def submit(
     priority: str = "normal",
     image: str = images.HOST_IMAGE,
     env: dict[str, str] | None = None,
+    team: str | None = None,
 ) -> JobView:
     """Queue a job. Validates everything up front so a bad job never sits in the queue."""
     check_may_run(p, user)
@@ -141,6 +143,7 @@ def submit(
             id=job_id,
             seq=seq,
             user_id=user.id,
+            billing_account_id=teams.resolve_payer(s, user, team, spend=True),
             status=QUEUED,
             status_reason="submitted",
             command_json=json.dumps(command),
@@ -167,8 +170,10 @@ def submit(
 
 def _owned(s: Session, user: User, job_id: str, *, for_update: bool = False) -> Job:
     job = s.get(Job, job_id, with_for_update=for_update, populate_existing=for_update)
-    if job is None or job.user_id != user.id:
+    if job is None or not teams.may_see(s, user, job.user_id, job.billing_account_id):
         raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
+    if for_update and not teams.may_manage(s, user, job.user_id, job.billing_account_id):
+        raise Forbidden("team_role_required", "only the submitter or the team's owners and admins can change this job")
     return job
 
 

@@ -10,8 +10,8 @@ shown on the job.
 
 Durations: a job's ``--est-duration`` is taken to be measured on its first listed GPU type and
 scaled to the others by FP32 TFLOPS (danlu.scheduling.speed); without one, the operator's
-``job_default_duration_s`` is assumed. Live off-peak tariffs are not configured yet (no tariff rows),
-so live rating equals the on-demand/interruptible price.
+``job_default_duration_s`` is assumed. The operator's off-peak tariff rules in force now
+(danlu.billing.tariffs) are in the price book, so deferral weighs the same windows the meter rates by.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
+from danlu.billing.tariffs import current_tariffs
 from danlu.compute.instances import begin_launch, begin_notice, launch, open_allocation, terminate_runs
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
@@ -79,6 +80,7 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
             prices[(pr.gpu_model, Plan.ON_DEMAND)] = pr.price_per_hour_minor
             if pr.interruptible_price_per_hour_minor is not None:
                 prices[(pr.gpu_model, Plan.INTERRUPTIBLE)] = pr.interruptible_price_per_hour_minor
+        book_tariffs = current_tariffs(s, now)
         models_here = {h.gpu_model for h in hosts}
         queue = []
         suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
@@ -134,7 +136,7 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
         hosts=hosts,
         queue=tuple(queue),
         running=tuple(running),
-        prices=PriceBook(cur, prices),
+        prices=PriceBook(cur, prices, book_tariffs),
         notice_ms=p.settings.preempt_notice_s * 1000,
         quotas_gpus=quotas,
         usage=usage,
@@ -247,6 +249,7 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
         inst = Instance(
             id="i-" + job_id[2:] + f"-{job.attempts + 1}",
             user_id=job.user_id,
+            billing_account_id=job.billing_account_id,
             job_id=job.id,
             name=job.id,
             status=Status.PENDING.value,

@@ -11,6 +11,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -67,6 +68,26 @@ def secure_data_dir(data_dir: Path, db_url: str = "", sandbox_dir: Path | None =
                 os.chmod(path, 0o600)
 
 
+def _lock_timezone(s: Session, timezone: str) -> None:
+    """The deployment's time zone: invoice months, budgets' months and tariff hours are its local
+    time, so it is fixed at the first start like the currency."""
+    try:
+        ZoneInfo(timezone)
+    except (ValueError, ZoneInfoNotFoundError):
+        raise InvalidInput(
+            "invalid_timezone", f"unknown time zone {timezone!r}; use an IANA name like Asia/Shanghai"
+        ) from None
+    existing = s.get(Setting, "timezone")
+    if existing is None:
+        s.add(Setting(key="timezone", value=timezone))
+        s.flush()
+    elif existing.value != timezone:
+        raise InvalidInput(
+            "timezone_locked",
+            f"this deployment's invoices and tariffs are in {existing.value}; start with --timezone {existing.value}",
+        )
+
+
 def bootstrap(
     db: Database,
     data_dir: Path,
@@ -77,6 +98,7 @@ def bootstrap(
     host_settings: dict[str, int | str] | None = None,
     sandbox: SandboxStatus | None = None,
     sandbox_dir: Path | None = None,
+    timezone: str = "UTC",
 ) -> BootResult:
     """``host_settings``: per-GPU limits / network policy of the local host given on the command
     line (the rest keep their stored values, or this machine's defaults on a new host, whose
@@ -96,6 +118,7 @@ def bootstrap(
                 "currency_locked",
                 f"this database keeps money in {existing.value}; start with --currency {existing.value}",
             )
+        _lock_timezone(s, timezone)
         ensure_accounts(s, currency.upper())
         if s.scalars(select(User).where(User.is_admin.is_(True))).first() is None:
             _, token = create_user(s, ADMIN_NAME, now_ms, is_admin=True)

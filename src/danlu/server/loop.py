@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from danlu.billing.invoices import finalize_due
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.scheduling.live import schedule_round
@@ -55,6 +56,7 @@ class ControlLoop:
         now = self.p.clock.now_ms()
         if now >= self.next_meter_ms:
             report = self._phase("meter", lambda: meter_all(self.p))
+            self._phase("invoices", lambda: finalize_due(self.p, now))  # months past their grace window
             interval_ms = int(self.p.settings.meter_interval_s * 1000)
             nxt = now + interval_ms
             if report is not None and report.next_exhaustion_ms is not None:

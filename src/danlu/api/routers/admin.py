@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from danlu.accounts import service as accounts
 from danlu.api.deps import AdminUser, PlatformDep
@@ -12,6 +13,7 @@ from danlu.api.schemas import (
     BalanceOut,
     GpuModelPath,
     GpuOut,
+    IdempotencyKeyHeader,
     PriceIn,
     PriceOut,
     QuotaIn,
@@ -23,6 +25,7 @@ from danlu.api.schemas import (
     UserOut,
     errors,
 )
+from danlu.billing import idempotency
 from danlu.billing import service as billing
 from danlu.compute import inventory
 from danlu.core.money import format_minor
@@ -49,19 +52,16 @@ def topup(
     name: UserNamePath,
     body: TopupIn,
     p: PlatformDep,
-    _admin: AdminUser,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            min_length=1,
-            max_length=120,
-            pattern=r"^[\x21-\x7e]+$",
-            description="Retrying with the same key tops up once",
-        ),
-    ] = None,
-) -> TopupOut:
-    view, created = billing.admin_topup(p, name, body.amount, idempotency_key)
-    return TopupOut(**view.as_dict(), created=created)
+    admin: AdminUser,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> JSONResponse:
+    def run() -> tuple[int, Any]:
+        view, created = billing.admin_topup(p, name, body.amount, idempotency_key)
+        return 200, TopupOut(**view.as_dict(), created=created).model_dump(mode="json")
+
+    scope = idempotency.scope_of(admin.id, f"POST /admin/users/{name}/topup")
+    status, out = idempotency.run_once(p, scope, idempotency_key, body.model_dump(mode="json"), run)
+    return JSONResponse(out, status_code=status)
 
 
 @router.put("/users/{name}/credit-limit", response_model=BalanceOut, responses=errors(400, 404))

@@ -23,7 +23,16 @@ def _wake(request: Request) -> None:
 @router.post("", response_model=InstanceOut, status_code=201, responses=errors(400, *RUN_STATUSES))
 def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
     view = svc.rent(
-        p, user, body.gpu_model, body.gpu_count, list(body.command), body.name, body.interruptible, body.image, body.env
+        p,
+        user,
+        body.gpu_model,
+        body.gpu_count,
+        list(body.command),
+        body.name,
+        body.interruptible,
+        body.image,
+        body.env,
+        team=body.team,
     )
     _wake(request)
     return InstanceOut.of(view)

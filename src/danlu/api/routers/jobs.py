@@ -21,6 +21,7 @@ from danlu.api.schemas import (
     LogChunk,
     LogOffset,
     Strict,
+    TeamName,
     errors,
     limited,
 )
@@ -75,6 +76,7 @@ class JobIn(Strict):
     ] = "normal"
     image: ImageName = "host"
     env: EnvVars = Field(default_factory=dict)
+    team: TeamName | None = Field(None, description="Pay from this team's account (member or above)")
 
 
 class JobOut(BaseModel):
@@ -150,6 +152,7 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
         body.priority,
         body.image,
         body.env,
+        team=body.team,
     )
     loop = getattr(request.app.state, "loop", None)
     if loop is not None:

@@ -1,0 +1,166 @@
+"""Budgets and hard caps, the student discount, and vouchers around their expiry, through the
+meter, on SQLite and PostgreSQL, on a fake clock (issue 9 parts 5-7)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from danlu.accounts import teams
+from danlu.billing import budgets, student, vouchers
+from danlu.billing import service as billing
+from danlu.billing.accounts import personal_account
+from danlu.compute import instances
+from danlu.compute.reconcile import meter_all
+from danlu.compute.runs import PREEMPT_FILE
+from danlu.context import Platform
+from danlu.core.clock import FakeClock
+from danlu.core.errors import Forbidden, InvalidInput
+from danlu.db.models import Allocation, Event, UsageRecord
+from tests.billing.test_metering import assert_ledger_consistent, renter
+from tests.billing.test_money_machine import check_books
+from tests.fakes import RecordingBackend
+
+
+@pytest.fixture
+def p(platform: Platform) -> Platform:
+    platform.backend = RecordingBackend()
+    billing.set_price(platform, "A100-80GB", "36.00")  # 1 fen per GPU-second
+    billing.set_price(platform, "T4", "3.60")  # 0.1 fen per GPU-second
+    return platform
+
+
+def usage(p: Platform, instance_id: str) -> tuple[int, int, int, int]:
+    """(gross, discount, vouchers, charged) over an instance's usage records."""
+    with p.db.read() as s:
+        rows = s.execute(
+            select(UsageRecord)
+            .join(Allocation, Allocation.id == UsageRecord.allocation_id)
+            .where(Allocation.instance_id == instance_id)
+        ).scalars()
+        recs = list(rows)
+    return (
+        sum(r.gross_minor for r in recs),
+        sum(r.discount_minor for r in recs),
+        sum(r.voucher_minor for r in recs),
+        sum(r.amount_minor for r in recs),
+    )
+
+
+def test_a_stop_after_a_voucher_expired_still_pays_the_time_before_it_from_the_voucher(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    vouchers.create_campaign(
+        p,
+        vouchers.CampaignSpec(
+            name="short", amount_minor=10_000, trigger="manual", valid_from_ms=fake_clock.now_ms(), valid_for_ms=60_000
+        ),
+    )
+    user = renter(p, "vic", "1.00")
+    with p.db.read() as s:
+        payer = personal_account(s, user.id).id
+    vouchers.grant_by_name(p, "short", payer)
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    fake_clock.advance(seconds=100)  # the voucher expired 40 s ago; no meter pass ran since
+    instances.stop(p, user, inst.id)
+    assert usage(p, inst.id) == (100, 0, 60, 100)  # 60 s before the expiry from the voucher, 40 s cash
+    assert billing.balance(p, user).balance_minor == 100 - 40
+    meter_all(p)  # now the loop expires it: exactly the unused rest goes back
+    [grant] = vouchers.list_grants(p, payer)
+    assert (grant.status, grant.remaining_minor) == ("expired", 0)
+    check_books(p)
+
+
+def test_a_hard_cap_on_one_instance_bills_exactly_up_to_it_and_stops_only_that_instance(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    user = renter(p, "hank", "10.00")
+    capped = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    other = instances.rent(p, user, "A100-80GB", 1, ["y"])
+    budgets.set_budget(p, user, team=None, instance=capped.id, period="total", hard="0.50")
+    fake_clock.advance(seconds=100)
+    meter_all(p)
+    assert usage(p, capped.id)[3] == 50  # exactly the cap: 50 s of 1 fen, not 100
+    assert usage(p, other.id)[3] == 100
+    assert instances.show(p, user, capped.id).status == "stopping"
+    assert instances.show(p, user, other.id).status == "running"
+    notice = (p.control_dir(capped.id) / PREEMPT_FILE).read_text().splitlines()
+    assert int(notice[1]) == fake_clock.now_ms() // 1000 + p.settings.preempt_notice_s  # the deadline it is told
+    assert not (p.control_dir(other.id) / PREEMPT_FILE).exists()
+    fake_clock.advance(seconds=100)
+    meter_all(p)
+    assert usage(p, capped.id)[3] == 50  # nothing more, ever
+    assert billing.balance(p, user).balance_minor == 1000 - 50 - 200
+    assert_ledger_consistent(p)
+    check_books(p)
+
+
+def test_a_member_budget_caps_one_member_on_the_team_account(p: Platform, fake_clock: FakeClock) -> None:
+    owner = renter(p, "olga", None)
+    bob = renter(p, "bobby", None)
+    teams.create_team(p, owner, "lab")
+    teams.add_member(p, owner, "lab", "bobby", "member")
+    billing.admin_topup(p, "lab", "10.00", "seed-lab", team=True)
+    with pytest.raises(Forbidden):  # a member cannot set budgets of the account
+        budgets.set_budget(p, bob, team="lab", member="bobby", hard="5.00")
+    budgets.set_budget(p, owner, team="lab", member="bobby", hard="0.30", soft="0.20")
+    b = instances.rent(p, bob, "A100-80GB", 1, ["x"], team="lab")
+    o = instances.rent(p, owner, "A100-80GB", 1, ["y"], team="lab")
+    fake_clock.advance(seconds=50)
+    meter_all(p)
+    assert usage(p, b.id)[3] == 30 and usage(p, o.id)[3] == 50
+    assert instances.show(p, bob, b.id).status == "stopping"
+    with p.db.read() as s:
+        events = [e.message for e in s.scalars(select(Event).where(Event.kind == "budget_threshold"))]
+    assert any("100%" in m for m in events), events
+    [view] = [v for v in budgets.list_budgets(p, owner, "lab") if v.scope == "member:bobby"]
+    assert view.spent_minor == 30
+    check_books(p)
+
+
+def test_soft_limit_events_fire_once_at_50_80_and_100_percent(p: Platform, fake_clock: FakeClock) -> None:
+    user = renter(p, "sofia", "10.00")
+    budgets.set_budget(p, user, team=None, soft="1.00")
+    instances.rent(p, user, "A100-80GB", 1, ["x"])
+    seen = []
+    for _ in range(6):
+        fake_clock.advance(seconds=25)
+        meter_all(p)
+        with p.db.read() as s:
+            seen = [
+                e.message for e in s.scalars(select(Event).where(Event.kind == "budget_threshold").order_by(Event.id))
+            ]
+    assert [m.split(" reached ")[1].split("%")[0] for m in seen] == ["50", "80", "100"]
+
+
+def test_the_student_discount_applies_after_approval_before_vouchers(p: Platform, fake_clock: FakeClock) -> None:
+    student.set_discount(p, "20")
+    user = renter(p, "stu", "10.00")
+    before = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    student.request(p, user, "Tsinghua University", "stu@mails.tsinghua.edu.cn")
+    with pytest.raises(InvalidInput):
+        student.decide(p, "stu", approve=False, reason="")  # a refusal needs a reason
+    assert student.decide(p, "stu", approve=True, reason="").status == "approved"
+    after = instances.rent(p, user, "A100-80GB", 1, ["y"])
+    fake_clock.advance(seconds=100)
+    meter_all(p)
+    assert usage(p, before.id) == (100, 0, 0, 100)  # started before approval: never re-rated
+    assert usage(p, after.id) == (100, 20, 0, 80)
+    with pytest.raises(InvalidInput):
+        student.set_discount(p, "120")
+    check_books(p)
+
+
+def test_a_refused_student_can_ask_again_and_teams_get_no_student_discount(p: Platform, fake_clock: FakeClock) -> None:
+    student.set_discount(p, "50")
+    user = renter(p, "rita", None)
+    student.request(p, user, "Fudan University")
+    assert student.decide(p, "rita", approve=False, reason="no student e-mail").reason == "no student e-mail"
+    student.request(p, user, "Fudan University", "rita@fudan.edu.cn")
+    student.decide(p, "rita", approve=True, reason="")
+    teams.create_team(p, user, "rlab")
+    billing.admin_topup(p, "rlab", "10.00", "seed-rlab", team=True)
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"], team="rlab")
+    fake_clock.advance(seconds=10)
+    meter_all(p)
+    assert usage(p, inst.id) == (10, 0, 0, 10)
