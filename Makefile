@@ -21,10 +21,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP) system-deps
 	$(BIN)/danlu server --data-dir $(DATA_DIR) --port $(PORT)
 
+# Tests run in parallel processes (pytest-xdist): most of their time is waiting on real servers,
+# sandboxes and meter intervals, so 3 workers fit 2 cores. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 3
 test: $(STAMP) system-deps
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 # The schemathesis drill of tests/api/test_fuzz.py with many examples per operation, on SQLite and
 # PostgreSQL: FUZZ_EXAMPLES=2000 make fuzz for a long run, FUZZ_SEED=N to replay or vary it.

@@ -123,6 +123,18 @@ def _remove_sandbox_folders() -> Iterator[None]:
     shutil.rmtree(_SANDBOX_BASE, ignore_errors=True)
 
 
+WORKER_UIDS = 100_000
+
+
+def worker_uid_first() -> int:
+    """Renters' uids for this test process: apart per pytest-xdist worker (gw0, gw1 …), so two
+    tests running at once never give two renters the same uid (one could signal the other's
+    processes), and apart from a default server's range (2,000,000) and the kill drill's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return 2_000_000 + index * WORKER_UIDS
+
+
 def make_platform(
     db_url: str,
     data_dir: Path,
@@ -149,6 +161,8 @@ def make_platform(
         sandbox=sandbox,
         sandbox_dir=sandbox_dir,
     )
+    settings.setdefault("sandbox_uid_first", worker_uid_first())
+    settings.setdefault("sandbox_uid_count", WORKER_UIDS)
     st = Settings(data_dir=data_dir, sandbox_dir=sandbox_dir, **settings)  # type: ignore[arg-type]
     p = Platform(db=db, clock=clock, backend=backend, settings=st, sandbox=sandbox)
     return p, boot.admin_token or (data_dir / "admin-token").read_text().strip()

@@ -55,14 +55,18 @@ def test_rent_run_stop_start_destroy(live: LiveServer) -> None:
 
 def test_a_finished_command_stops_billing_and_frees_the_gpu(live: LiveServer) -> None:
     with live.new_user("bob") as c:
-        iid = c.post("/instances", json={"gpu_model": "T4", "command": ["sh", "-c", "sleep 1; exit 3"]}).json()["id"]
-        wait_for(lambda: status_of(c, iid) == "exited")
-        v = c.get(f"/instances/{iid}").json()
-        assert v["exit_code"] == 3 and v["billed_seconds"] in (1, 2)
-        cost = v["cost"]
-        wait_for(lambda: c.get("/offers", params={"gpu": "T4"}).json()[0]["free"] == 2)
         import time
 
+        asked = time.monotonic()
+        iid = c.post("/instances", json={"gpu_model": "T4", "command": ["sh", "-c", "sleep 1; exit 3"]}).json()["id"]
+        wait_for(lambda: status_of(c, iid) == "exited")
+        seen = time.monotonic() - asked
+        v = c.get(f"/instances/{iid}").json()
+        # billed from the rental to the exit: at least the command's second, at most what passed (a
+        # loaded machine takes longer to start the sandbox, and that start is billed, as documented)
+        assert v["exit_code"] == 3 and 1 <= v["billed_seconds"] <= seen + 1
+        cost = v["cost"]
+        wait_for(lambda: c.get("/offers", params={"gpu": "T4"}).json()[0]["free"] == 2)
         time.sleep(1.5)
         assert c.get(f"/instances/{iid}").json()["cost"] == cost
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port, sandbox_folder, wait_for
+from tests.conftest import WORKER_UIDS, free_port, sandbox_folder, wait_for, worker_uid_first
 
 DANLU = [sys.executable, "-m", "danlu.cli.main"]
 
@@ -61,6 +61,8 @@ def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
             "0.2",
             "--meter-interval",
             "1",
+            "--sandbox-uids",
+            f"{worker_uid_first()}-{worker_uid_first() + WORKER_UIDS - 1}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

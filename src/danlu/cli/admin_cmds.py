@@ -43,13 +43,18 @@ def topup(
     as_json: bool = JsonOpt,
 ) -> None:
     """Add AMOUNT (e.g. 100.00) to a user's balance."""
+    post_topup(f"/admin/users/{name}/topup", name, amount, idempotency_key, as_json)
+
+
+def post_topup(path: str, label: str, amount: str, idempotency_key: str | None, as_json: bool) -> None:
+    """A top-up with a retry-safe key (a random one unless given), for a user or a team."""
     key = idempotency_key or str(uuid.uuid4())
-    data = Client().post(f"/admin/users/{name}/topup", json={"amount": amount}, headers={"Idempotency-Key": key})
+    data = Client().post(path, json={"amount": amount}, headers={"Idempotency-Key": key})
     if as_json:
         print_json(data)
     else:
         note = "" if data["created"] else " (already recorded with this key; nothing changed)"
-        console.print(f"{name}: balance {data['balance']} {data['currency']}{note}")
+        console.print(f"{label}: balance {data['balance']} {data['currency']}{note}")
 
 
 @admin_app.command("credit-limit")

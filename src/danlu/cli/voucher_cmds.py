@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import typer
 
-from danlu.cli.admin_cmds import admin_app
+from danlu.cli.admin_cmds import admin_app, post_topup
 from danlu.cli.client import Client
 from danlu.cli.output import JsonOpt, console, fail, print_json, print_table
 
@@ -138,13 +137,7 @@ def team_topup(
     as_json: bool = JsonOpt,
 ) -> None:
     """Add AMOUNT (e.g. 50.00) to team NAME's balance."""
-    key = idempotency_key or str(uuid.uuid4())
-    data = Client().post(f"/admin/teams/{name}/topup", json={"amount": amount}, headers={"Idempotency-Key": key})
-    if as_json:
-        print_json(data)
-    else:
-        note = "" if data["created"] else " (already recorded with this key; nothing changed)"
-        console.print(f"team {name}: balance {data['balance']} {data['currency']}{note}")
+    post_topup(f"/admin/teams/{name}/topup", f"team {name}", amount, idempotency_key, as_json)
 
 
 @admin_team_app.command("list")
