@@ -14,7 +14,7 @@ import pytest
 from danlu.compute.backends.base import Limits, RunSpec
 from danlu.compute.backends.local import LocalBackend
 from danlu.compute.sandbox.probe import make_local_backend
-from tests.conftest import require_sandbox, sandbox_folder, wait_for
+from tests.conftest import require_sandbox, sandbox_folder, wait_for, worker_uid_first
 
 LIMITS = Limits(cpus_milli=1000, memory_bytes=512 << 20, pids=64, disk_bytes=256 << 20)
 
@@ -36,16 +36,22 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalBac
     yield b
 
 
-def spec(root: Path, *command: str, env: dict[str, str] | None = None, run_id: str = "i-test") -> RunSpec:
+# One run id and renter uid per test process: under pytest-xdist, tests of this file run at once in
+# other workers, and a shared id or uid would share a cgroup or let one kill the other's processes.
+RUN_ID = f"i-test{os.getpid()}"
+UID = worker_uid_first() + 123
+
+
+def spec(root: Path, *command: str, env: dict[str, str] | None = None, run_id: str = RUN_ID) -> RunSpec:
     control = root / "control" / run_id
     control.mkdir(parents=True, exist_ok=True)
     os.chmod(control, 0o755)
     return RunSpec(
-        run_id, run_id, list(command), env or {}, root / "ws" / run_id, control, limits=LIMITS, uid=2_000_123
+        run_id, run_id, list(command), env or {}, root / "ws" / run_id, control, limits=LIMITS, uid=UID
     )
 
 
-def output(b: LocalBackend, key: str = "i-test") -> str:
+def output(b: LocalBackend, key: str = RUN_ID) -> str:
     return b.read_output(key, 0)[0]
 
 
@@ -66,7 +72,7 @@ def test_runs_in_its_workspace_with_its_env_and_records_exit_code_and_time(backe
     # File times come from the kernel's coarse clock (a jiffy behind time_ns at most).
     assert state.ended_ms is not None and before - 20 <= state.ended_ms <= time.time_ns() // 1_000_000
     text = output(backend)
-    workspace = "/workspace" if backend.sandbox else str(root / "ws" / "i-test")
+    workspace = "/workspace" if backend.sandbox else str(root / "ws" / RUN_ID)
     assert "gpus=2,3" in text and workspace in text
 
 
