@@ -260,14 +260,16 @@ class LocalBackend:
             self._launching.discard(h["run"])
         if fd != -1:
             os.close(fd)
-        if h.get("sb"):
-            # The sandbox's init: when it dies the kernel kills every process in its PID namespace.
-            send(live_process(h["init"], h["ict"]), signal.SIGKILL)
+        # The supervisor first: killed after the sandbox it could see its child end and record an
+        # exit status for a run that was killed (a loaded machine opens that window).
         outer = live_process(h["pid"], h.get("ct"), h.get("ticks"))
         if outer is not None:
             send(outer, signal.SIGKILL, group=True)
         elif not h.get("sb"):
             kill_group_leftovers(h["pid"])
+        if h.get("sb"):
+            # The sandbox's init: when it dies the kernel kills every process in its PID namespace.
+            send(live_process(h["init"], h["ict"]), signal.SIGKILL)
 
     def release(self, handle: str) -> None:
         h = json.loads(handle)
