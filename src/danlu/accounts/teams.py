@@ -260,6 +260,11 @@ def resolve_payer(session: Session, user: User, team: str | None, *, spend: bool
     return found.billing_account_id
 
 
+def payer_named(session: Session, user: User, team: str | None, *, spend: bool = False) -> int:
+    """The caller's personal account when no team is named (not the default team), else ``team``'s."""
+    return personal_account(session, user.id).id if team is None else resolve_payer(session, user, team, spend=spend)
+
+
 def role_on(session: Session, user: User, billing_account_id: int) -> str | None:
     """The caller's role on a billing account: "owner" of their personal one, their team role,
     or None (not theirs: its objects answer 404)."""

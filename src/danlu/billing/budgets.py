@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
 from danlu.accounts.service import get_user_by_name
-from danlu.billing.accounts import currency, personal_account
+from danlu.billing.accounts import currency
 from danlu.billing.caps import spent_minor, zone
 from danlu.context import Platform
 from danlu.core.errors import Forbidden, InvalidInput, NotFound
@@ -41,7 +41,7 @@ class BudgetView:
 
 def _payer(s: Session, user: User, team: str | None) -> int:
     """The caller's personal account, or ``team``'s (any member may look; changes check roles)."""
-    return personal_account(s, user.id).id if team is None else teams.resolve_payer(s, user, team, spend=False)
+    return teams.payer_named(s, user, team)
 
 
 def _scope_for(s: Session, user: User, ba_id: int, member: str | None, instance: str | None) -> str:

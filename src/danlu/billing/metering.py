@@ -93,7 +93,7 @@ def usable_vouchers(
     return out
 
 
-def _slots(vouchers: list[tuple[VoucherGrant, Account, VoucherCampaign]]) -> list[posting.VoucherSlot]:
+def voucher_slots(vouchers: list[tuple[VoucherGrant, Account, VoucherCampaign]]) -> list[posting.VoucherSlot]:
     return [
         posting.VoucherSlot(g.id, a.balance_minor, c.scope_model, c.scope_plan, c.percent_bp) for g, a, c in vouchers
     ]
@@ -151,7 +151,7 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
     capped = cap_targets(allocations, targets, caps, _charge) if caps else {}
     targets.update(capped)
     vouchers = usable_vouchers(session, billing_account_id, now_ms)
-    slots = _slots(vouchers)
+    slots = voucher_slots(vouchers)
     ba = session.get(BillingAccount, billing_account_id)
     assert ba is not None
     floor = -ba.credit_limit_minor

@@ -53,7 +53,7 @@ def balance(p: Platform, user: User, team: str | None = None) -> BalanceView:
     """The cash balance of the caller's personal account, or of ``team`` (any member may look)."""
     with p.db.read() as s:
         return _balance_view(
-            s, teams.resolve_payer(s, user, team, spend=False) if team else personal_account(s, user.id).id
+            s, teams.payer_named(s, user, team)
         )
 
 
@@ -155,7 +155,7 @@ def statement(p: Platform, user: User, limit: int = 100, team: str | None = None
     """The cash ledger entries of the caller's personal account (or ``team``'s), newest first."""
     with p.db.read() as s:
         acct = cash_account(
-            s, teams.resolve_payer(s, user, team, spend=False) if team else personal_account(s, user.id).id
+            s, teams.payer_named(s, user, team)
         )
         cur = currency(s)
         rows = s.execute(

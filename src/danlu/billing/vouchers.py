@@ -479,9 +479,7 @@ def _payer(s: Session, user: User, team: str | None, *, spend: bool) -> int:
     # Imported here: danlu.accounts imports this module (sign-up vouchers) at its top.
     from danlu.accounts import teams
 
-    if team is None:
-        return personal_account(s, user.id).id
-    return teams.resolve_payer(s, user, team, spend=spend)
+    return teams.payer_named(s, user, team, spend=spend)
 
 
 def vouchers_of(p: Platform, user: User, team: str | None = None) -> list[GrantView]:

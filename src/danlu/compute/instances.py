@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.billing import posting, storage, tariffs
 from danlu.billing.accounts import billing_account, cash_account, lock_billing_account, personal_account
-from danlu.billing.metering import meter_account, usable_vouchers
+from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
 from danlu.billing.price_plans import current_plan, plan_for_usage
 from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, cumulative_cost
@@ -164,10 +164,7 @@ def open_allocation(
         ),
         p.settings.min_prepaid_seconds,
     )
-    slots = [
-        posting.VoucherSlot(g.id, a.balance_minor, c.scope_model, c.scope_plan, c.percent_bp)
-        for g, a, c in usable_vouchers(session, inst.billing_account_id, now_ms)
-    ]
+    slots = voucher_slots(usable_vouchers(session, inst.billing_account_id, now_ms))
     cash_needed = posting.split([posting.Charge(0, inst.gpu_model, plan, max(needed, 1))], slots).cash_minor
     if cash_needed > 0 and cash + credit_limit < cash_needed:
         cur = price.currency
@@ -454,7 +451,7 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
         )
     inst.current_allocation_id = notice.id
     inst.kill_after_ms = deadline_ms
-    write_preempt_deadline(p, inst.id, f"{iso(deadline_ms)}\n{deadline_ms // 1000}\n")
+    write_preempt_deadline(p, inst.id, deadline_ms)
     return inst.run_handle
 
 

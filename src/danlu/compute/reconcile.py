@@ -278,9 +278,7 @@ def stop_capped(p: Platform, instance_ids: list[str]) -> None:
             .with_for_update()
         ).all():
             grace = p.settings.preempt_notice_s
-            write_preempt_deadline(
-                p, inst.id, f"{iso(p.clock.now_ms() + grace * 1000)}\n{(p.clock.now_ms() // 1000) + grace}\n"
-            )
+            write_preempt_deadline(p, inst.id, p.clock.now_ms() + grace * 1000)
             handles.append(request_stop(p, s, inst, "hard budget cap reached: raise the budget to start again", grace))
     terminate_runs(p, handles)
 

@@ -27,6 +27,7 @@ from danlu.compute import hosts, identity, images
 from danlu.compute.backends.base import PREEMPT_FILE, RunSpec
 from danlu.compute.devices import devices_for
 from danlu.context import Platform
+from danlu.core.clock import iso
 from danlu.core.errors import DanluError, Forbidden
 from danlu.db.models import Allocation, Gpu, Host, Instance, User
 
@@ -124,7 +125,9 @@ def prepare_control_dir(p: Platform, instance_id: str) -> None:
     os.chmod(folder, 0o755)
 
 
-def write_preempt_deadline(p: Platform, instance_id: str, text: str) -> None:
+def write_preempt_deadline(p: Platform, instance_id: str, deadline_ms: int) -> None:
+    """The deadline a run is told (``DANLU_PREEMPT_FILE``): ISO time, then epoch seconds."""
+    text = f"{iso(deadline_ms)}\n{deadline_ms // 1000}\n"
     path = p.control_dir(instance_id) / PREEMPT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
