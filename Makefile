@@ -23,11 +23,15 @@ run: $(STAMP) system-deps
 
 # Tests run in parallel processes (pytest-xdist): most of their time is waiting on real servers,
 # sandboxes and meter intervals, so 3 workers fit 2 cores. TEST_WORKERS=0 runs them in one process.
+# loadscope sends each module to one worker, so a costly module-scoped fixture (the kill drill) is
+# built once per database, not once per worker that got one of its tests (--dist loadgroup would be
+# finer, but pytest-xdist 3.8 cannot group tests under pytest 9.2: it renames a node id pytest no
+# longer reads).
 TEST_WORKERS ?= 3
 test: $(STAMP) system-deps
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(TEST_WORKERS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # The schemathesis drill of tests/api/test_fuzz.py with many examples per operation, on SQLite and
 # PostgreSQL: FUZZ_EXAMPLES=2000 make fuzz for a long run, FUZZ_SEED=N to replay or vary it.

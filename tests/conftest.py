@@ -123,6 +123,20 @@ def _remove_sandbox_folders() -> Iterator[None]:
     shutil.rmtree(_SANDBOX_BASE, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with long tests (marked ``slow``, longest first by the mark's ``seconds``: the
+    drills) first, so that under pytest-xdist (which `make test` runs by module, --dist loadscope)
+    they start at once beside the many short ones instead of running alone at the end of the suite;
+    the order is otherwise the collection's."""
+    weight: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        if mark is not None:
+            module = item.nodeid.split("::")[0]
+            weight[module] = max(weight.get(module, 0.0), float(mark.kwargs.get("seconds", 60)))
+    items.sort(key=lambda item: -weight.get(item.nodeid.split("::")[0], 0.0))
+
+
 WORKER_UIDS = 100_000
 
 

@@ -91,6 +91,9 @@ class RunSeen:
     last_seen_ms: int
     command_first_ms: int | None = None  # when the renter's command (a `sleep`) was first seen
     command_last_ms: int | None = None
+    # The end of the first scan that no longer saw it: the process ended in (last_seen, gone]. On a
+    # loaded machine scans come late, so this, not last_seen + a fixed slack, bounds its real end.
+    gone_ms: int | None = None
 
 
 class Sampler(threading.Thread):
@@ -147,6 +150,10 @@ class Sampler(threading.Thread):
                 for pid, (iid, started) in sups.items():
                     seen = self.runs.setdefault((pid, started), RunSeen(iid, pid, started, now, now))
                     seen.last_seen_ms = now
+                present = {(pid, started) for pid, (_iid, started) in sups.items()}
+                for key, seen in self.runs.items():
+                    if seen.gone_ms is None and key not in present:
+                        seen.gone_ms = now
                 for pid, (_uid, name) in renters.items():
                     if name != "sleep":
                         continue
@@ -437,10 +444,10 @@ def check_billing(rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, lis
             r for r in runs_of[a.instance_id] if a.started_at_ms - tol_ms <= r.first_seen_ms <= a.ended_at_ms + tol_ms
         ]
         if mine:
-            end = max(r.last_seen_ms for r in mine)
+            end = max(r.gone_ms or r.last_seen_ms for r in mine)  # the latest it can really have ended
             if a.ended_at_ms > end + tol_ms:
                 v["process_end"].append(
-                    f"{tag}: ends at {a.ended_at_ms}, {a.ended_at_ms - end} ms after its process was last seen"
+                    f"{tag}: ends at {a.ended_at_ms}, {a.ended_at_ms - end} ms after its process was seen gone"
                 )
         if secs > 0 and not any(r.command_first_ms is not None for r in mine):
             v["process_end"].append(

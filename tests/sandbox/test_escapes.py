@@ -240,16 +240,15 @@ def test_the_servers_keyring_is_not_shared(sbx: LiveServer, mallory: httpx.Clien
 def test_the_host_images_etc_holds_no_service_configs(sbx: LiveServer, mallory: httpx.Client) -> None:
     """The host image shows a curated /etc: libraries, certificates, name service; not the host's
     service configs (which may hold secrets), and a passwd naming the renter, not the host's users."""
-    secret = Path("/etc/danlu-test-service.conf")
+    # One file per test process: the SQLite and PostgreSQL variants may run at once in two workers.
+    secret = Path(f"/etc/danlu-test-service-{os.getpid()}.conf")
     secret.write_text("password=hunter2\n")
     try:
-        _view, out = attack(
-            mallory, "ls /etc; echo ---; cat /etc/danlu-test-service.conf 2>&1; id -un; cat /etc/passwd"
-        )
+        _view, out = attack(mallory, f"ls /etc; echo ---; cat {secret} 2>&1; id -un; cat /etc/passwd")
     finally:
         secret.unlink()
     listing = out.split("---")[0].split()
-    assert "danlu-test-service.conf" not in listing and "hunter2" not in out
+    assert secret.name not in listing and "hunter2" not in out
     assert not {"postgresql", "shadow", "sudoers", "ssh", "systemd", "mysql"} & set(listing), listing
     assert {"ssl", "ld.so.cache", "passwd"} <= set(listing)
     assert "renter" in out and "postgres:" not in out

@@ -28,28 +28,33 @@ def public_host() -> Iterator[str]:
         pytest.skip("the outbound test needs root and iproute2")
     tag = os.urandom(3).hex()
     ns, host_if, peer_if = f"dlnet{tag}", f"dlh{tag}", f"dlp{tag}"
+    # A /30 of TEST-NET-3 per test worker: two of these hosts at once (the SQLite and PostgreSQL
+    # variants in two pytest-xdist workers) must not share an address, or one reaches the other.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    base = 4 * (int(worker[2:]) % 63 if worker[2:].isdigit() else 0)
+    host_ip, peer_ip = f"203.0.113.{base + 1}", f"203.0.113.{base + 2}"
     sh = lambda *a: subprocess.run(a, check=True, capture_output=True, timeout=20)  # noqa: E731
     sh("ip", "netns", "add", ns)
     server = None
     try:
         sh("ip", "link", "add", host_if, "type", "veth", "peer", "name", peer_if)
         sh("ip", "link", "set", peer_if, "netns", ns)
-        sh("ip", "addr", "add", "203.0.113.1/24", "dev", host_if)
+        sh("ip", "addr", "add", f"{host_ip}/30", "dev", host_if)
         sh("ip", "link", "set", host_if, "up")
-        sh("ip", "-n", ns, "addr", "add", "203.0.113.2/24", "dev", peer_if)
+        sh("ip", "-n", ns, "addr", "add", f"{peer_ip}/30", "dev", peer_if)
         sh("ip", "-n", ns, "link", "set", peer_if, "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         code = (
             "import http.server as h\n"
             "class H(h.BaseHTTPRequestHandler):\n"
             f"    def do_GET(s): s.send_response(200); s.end_headers(); s.wfile.write({PAGE!r}.encode())\n"
-            "h.HTTPServer(('203.0.113.2', 8080), H).serve_forever()\n"
+            f"h.HTTPServer(({peer_ip!r}, 8080), H).serve_forever()\n"
         )
         # Started by pid (nsenter), not by the name: a name under /run/netns may be unmounted by
         # a sandbox's slirp4netns on hosts where /run is a shared mount.
         server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code])
-        wait_for(lambda: _reachable("203.0.113.2", 8080), timeout=20)
-        yield "203.0.113.2:8080"
+        wait_for(lambda: _reachable(peer_ip, 8080), timeout=20)
+        yield f"{peer_ip}:8080"
     finally:
         if server is not None:
             server.kill()

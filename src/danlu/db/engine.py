@@ -2,8 +2,8 @@
 
 SQLite runs in WAL mode with a busy timeout. Write transactions start with ``BEGIN IMMEDIATE``
 so two writers never deadlock on a lock upgrade; reads start with a plain ``BEGIN``. PostgreSQL
-runs at READ COMMITTED; every contended write there is a conditional UPDATE with a row-count check
-(see docs/locking.md).
+runs at READ COMMITTED with custom plans for prepared statements (``plan_cache_mode``); every
+contended write there is a conditional UPDATE with a row-count check (see docs/locking.md).
 """
 
 from __future__ import annotations
@@ -49,7 +49,19 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
-    return create_engine(url, pool_size=40, max_overflow=10, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=40, max_overflow=10, pool_pre_ping=True)
+
+    @event.listens_for(engine, "connect")
+    def _on_pg_connect(dbapi_conn: Any, _record: Any) -> None:
+        # psycopg prepares a statement on the server after five runs, and PostgreSQL then switches to
+        # a generic plan that ignores the parameters' values: invoice finalisation's per-payer UPDATE
+        # (executemany) went from ~1 ms to a scan per payer, 180 s for 10,000 payers instead of ~30.
+        # A custom plan per execution costs a fraction of a millisecond of planning.
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SET plan_cache_mode = force_custom_plan")
+        dbapi_conn.commit()
+
+    return engine
 
 
 @dataclass
