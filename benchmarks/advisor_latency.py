@@ -51,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     offers = [PlatformOffer(m, 2000, "CNY", 8, 8, 900) for m in ("H100-80GB", "A100-80GB", "RTX-4090", "T4")]
     plans = PlatformPlans(
         offpeak_discount_pct=Decimal(40),
-        day_package_discount_pct=Decimal(10),
-        week_package_discount_pct=Decimal(20),
-        month_package_discount_pct=Decimal(30),
+        terms={"package-day": 1000, "package-week": 2000, "package-month": 3000, "reserved-12m": 4500},
     )
     price_catalog()  # the catalog is cached after first use, as in a server
     in_proc, n_opts = [], 0

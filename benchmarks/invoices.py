@@ -8,12 +8,13 @@ Then, on a clock past that month's grace window, it times:
 
 * ``finalize_due`` (ours): every payer's invoice numbered, its lines written, its intervals marked;
 * as the floor beside it, a bare ``SELECT billing_account_id, sum(amount_minor) … GROUP BY`` over
-  the same rows (what reading the month costs at the least).
+  the same rows, usage and charges (what reading the month costs at the least).
 
 and checks the books: one final invoice per account, numbers 1..N without a gap, every interval on
 an invoice, and each invoice's total equal to its account's sum in the floor query.
 
-    python benchmarks/invoices.py [--accounts 10000] [--allocations 2] [--records 30] [--json] [--profile]
+    python benchmarks/invoices.py [--accounts 10000] [--allocations 2] [--records 30] [--holds 1] [--json]
+                                  [--profile]
 
 Exit code 1 when the target (60 s for 10,000 accounts) is missed or a check fails; 2 when
 PostgreSQL is unreachable.
@@ -48,9 +49,14 @@ from danlu.db.models import (
     Account,
     Allocation,
     BillingAccount,
+    Charge,
+    Hold,
+    Host,
     Instance,
     Invoice,
     InvoiceLine,
+    LedgerTransaction,
+    PlanTerm,
     PricePlan,
     UsageRecord,
     User,
@@ -109,9 +115,10 @@ def _bulk(conn: Any, table: Any, rows: list[dict[str, Any]]) -> None:
         conn.execute(insert(table), rows[i : i + BATCH])
 
 
-def populate(p: Platform, accounts: int, allocs_per: int, records: int) -> int:
+def populate(p: Platform, accounts: int, allocs_per: int, records: int, holds: int = 1) -> int:
     """The month's rows, in bulk; returns the usage records written. Each allocation runs from a
-    random-ish hour of the month, metered in ``records`` contiguous 10-minute intervals."""
+    random-ish hour of the month, metered in ``records`` contiguous 10-minute intervals; each
+    account also bought ``holds`` day packages that month (a ``charges`` line each, an expired hold)."""
     now = MONTH_START_MS
     step = 600_000
     price = 3_600  # 36.00 CNY per GPU-hour: 60 minor units a GPU-minute
@@ -183,9 +190,54 @@ def populate(p: Platform, accounts: int, allocs_per: int, records: int) -> int:
                 usage = []
         _bulk(conn, UsageRecord, usage)
         written += len(usage)
+        if holds:
+            _holds(conn, ba_ids, holds, user_id, plan_id, price, now)
     with p.db.engine.begin() as conn:
         conn.exec_driver_sql("ANALYZE")
     return written
+
+
+def _holds(conn: Any, ba_ids: list[int], per: int, user_id: int, plan_id: int, price: int, now: int) -> None:
+    """``per`` expired day packages per account, each with its purchase transaction and charge."""
+    host = insert(Host).values(name="bench-host", is_local=True, created_at_ms=now)
+    host_id = conn.execute(host).inserted_primary_key[0]
+    term_id = conn.execute(
+        insert(PlanTerm).values(term="package-day", discount_bp=1000, cancel_fee_bp=0, created_at_ms=now)
+    ).inserted_primary_key[0]
+    paid = price * 24 * 9 // 10
+    keys = [(b, k, f"h-{b:06x}{k:04x}") for b in ba_ids for k in range(per)]
+    _bulk(
+        conn,
+        Hold,
+        [
+            {"id": h, "billing_account_id": b, "user_id": user_id, "term": "package-day", "plan_term_id": term_id,
+             "gpu_model": "A100-80GB", "gpu_count": 1, "host_id": host_id, "price_plan_id": plan_id,
+             "price_per_hour_minor": price, "discount_bp": 1000, "cancel_fee_bp": 0, "paid_minor": paid,
+             "on_expiry": "stop", "state": "expired", "instance_id": None, "starts_at_ms": now + k * 86_400_000,
+             "ends_at_ms": now + (k + 1) * 86_400_000, "ended_at_ms": now + (k + 1) * 86_400_000,
+             "created_at_ms": now}
+            for b, k, h in keys
+        ],
+    )
+    _bulk(
+        conn,
+        LedgerTransaction,
+        [{"idempotency_key": f"hold:{h}:purchase", "kind": "hold", "memo": "bench", "created_at_ms": now}
+         for _b, _k, h in keys],
+    )
+    by_key = select(LedgerTransaction.idempotency_key, LedgerTransaction.id).where(LedgerTransaction.kind == "hold")
+    tx = {str(key): int(i) for key, i in conn.execute(by_key).all()}
+    _bulk(
+        conn,
+        Charge,
+        [
+            {"billing_account_id": b, "user_id": user_id, "hold_id": h, "kind": "purchase", "plan": "package-day",
+             "description": "package-day (bench)", "at_ms": now + k * 86_400_000, "seconds": 86_400,
+             "price_per_hour_minor": price, "gross_minor": price * 24, "discount_minor": price * 24 - paid,
+             "amount_minor": paid, "transaction_id": tx[f"hold:{h}:purchase"]}
+            for b, k, h in keys
+        ],
+    )
 
 
 def floor_query(p: Platform) -> tuple[float, dict[int, int]]:
@@ -197,7 +249,15 @@ def floor_query(p: Platform) -> tuple[float, dict[int, int]]:
             .where(UsageRecord.invoice_id.is_(None))
             .group_by(Allocation.billing_account_id)
         ).all()
-    return time.perf_counter() - t0, {int(b): int(v) for b, v in rows}
+        charged = s.execute(
+            select(Charge.billing_account_id, func.sum(Charge.amount_minor))
+            .where(Charge.invoice_id.is_(None))
+            .group_by(Charge.billing_account_id)
+        ).all()
+    sums = {int(b): int(v) for b, v in rows}
+    for b, v in charged:
+        sums[int(b)] = sums.get(int(b), 0) + int(v)
+    return time.perf_counter() - t0, sums
 
 
 def check(p: Platform, accounts: int, sums: dict[int, int]) -> tuple[int, int, str]:
@@ -206,6 +266,7 @@ def check(p: Platform, accounts: int, sums: dict[int, int]) -> tuple[int, int, s
         invs = s.execute(select(Invoice.billing_account_id, Invoice.number, Invoice.total_minor, Invoice.status)).all()
         lines = int(s.execute(select(func.count(InvoiceLine.id))).scalar_one())
         left = int(s.execute(select(func.count(UsageRecord.id)).where(UsageRecord.invoice_id.is_(None))).scalar_one())
+        left += int(s.execute(select(func.count(Charge.id)).where(Charge.invoice_id.is_(None))).scalar_one())
     if len(invs) != accounts:
         problems.append(f"{len(invs)} invoices for {accounts} accounts")
     if sorted(int(i.number) for i in invs) != list(range(1, len(invs) + 1)):
@@ -216,11 +277,11 @@ def check(p: Platform, accounts: int, sums: dict[int, int]) -> tuple[int, int, s
     if wrong:
         problems.append(f"{len(wrong)} invoice totals differ from the floor's sums")
     if left:
-        problems.append(f"{left} usage records not on an invoice")
+        problems.append(f"{left} usage records or charges not on an invoice")
     return len(invs), lines, "; ".join(problems) or "ok"
 
 
-def run(url: str, accounts: int, allocs_per: int, records: int, profile: bool) -> Result:
+def run(url: str, accounts: int, allocs_per: int, records: int, profile: bool, holds: int = 1) -> Result:
     data = Path(tempfile.mkdtemp(prefix="danlu-bench-invoices-"))
     db = open_database(url)
     try:
@@ -229,7 +290,7 @@ def run(url: str, accounts: int, allocs_per: int, records: int, profile: bool) -
         backend, status = make_local_backend(data, no_sandbox=True, network="none")
         p = Platform(db=db, clock=clock, backend=backend, settings=Settings(data_dir=data), sandbox=status)
         t0 = time.perf_counter()
-        n_records = populate(p, accounts, allocs_per, records)
+        n_records = populate(p, accounts, allocs_per, records, holds)
         setup_s = time.perf_counter() - t0
         floor_s, sums = floor_query(p)
         _, end = invoices.period_bounds("2026-01", invoices.ZoneInfo("UTC"))
@@ -298,6 +359,7 @@ def main() -> int:
     ap.add_argument("--accounts", type=int, default=TARGET_ACCOUNTS)
     ap.add_argument("--allocations", type=int, default=2, help="allocations (instances' runs) per account")
     ap.add_argument("--records", type=int, default=30, help="usage records per allocation")
+    ap.add_argument("--holds", type=int, default=1, help="packages bought per account (an invoice line each)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of finalize_due")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -306,7 +368,7 @@ def main() -> int:
         return 2
     url, schema = made
     try:
-        r = run(url, args.accounts, args.allocations, args.records, args.profile)
+        r = run(url, args.accounts, args.allocations, args.records, args.profile, args.holds)
     finally:
         drop_pg_schema(schema)
     if args.json:

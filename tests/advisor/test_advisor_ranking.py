@@ -53,10 +53,10 @@ def test_off_peak_and_packages_exist_only_when_configured_and_respect_the_deadli
     plain = service.advise(W, today=TODAY, platform_offers=[offer], include_public=False)
     assert {o.plan for o in plain.options} == {"on-demand"}
     plans = PlatformPlans(
-        offpeak_discount_pct=Decimal(40), offpeak_hours_per_day=8, day_package_discount_pct=Decimal(10)
+        offpeak_discount_pct=Decimal(40), offpeak_hours_per_day=8, terms={"package-day": 1000}
     )
     rich = service.advise(W, today=TODAY, platform_offers=[offer], platform_plans=plans, include_public=False)
-    assert {"on-demand", "off-peak", "day-package"} <= {o.plan for o in rich.options}
+    assert {"on-demand", "off-peak", "package-day"} <= {o.plan for o in rich.options}
     od = next(o for o in rich.options if o.plan == "on-demand" and o.gpu_count == 8)
     op = next(o for o in rich.options if o.plan == "off-peak" and o.gpu_count == 8)
     assert op.hours == pytest.approx(od.hours * 3) and op.cost_minor < od.cost_minor
@@ -68,7 +68,8 @@ def test_off_peak_and_packages_exist_only_when_configured_and_respect_the_deadli
 
 
 def test_new_plans_plug_in_through_the_registry() -> None:
-    assert {"on-demand", "interruptible", "off-peak", "day-package", "month-package"} <= set(PLAN_PRICERS)
+    expected = {"on-demand", "interruptible", "off-peak", "package-day", "package-month", "reserved-12m"}
+    assert expected <= set(PLAN_PRICERS)
 
 
 def test_bundled_catalog_is_dated_attributed_and_reports_its_age() -> None:
@@ -115,15 +116,19 @@ def test_operator_import_validates_and_takes_over(tmp_path: Path, monkeypatch: p
 
 
 def test_plan_recommender_break_even_and_predictability() -> None:
-    steady = recommend_plan(UsageProfile(20, 7, 4), Decimal("2.00"), "USD")
-    assert steady.best == "month-package"
+    offered = {"package-day": Decimal(10), "package-week": Decimal(20), "package-month": Decimal(30)}
+    offered["reserved-12m"] = Decimal(45)
+    steady = recommend_plan(UsageProfile(20, 7, 4), Decimal("2.00"), "USD", discounts=offered)
+    assert steady.best == "package-month"
     # month package at -30%: 720 h × 0.7 / 30 days = 16.8 h/day
-    assert "above 16.8 h/day a month-package is cheaper than hourly" in steady.break_even
-    light = recommend_plan(UsageProfile(2, 5, 4), Decimal("2.00"), "USD")
+    assert "above 16.8 h/day a package-month is cheaper than hourly" in steady.break_even
+    assert {c.plan for c in steady.costs} == {"hourly", *offered}  # what is offered, nothing else
+    light = recommend_plan(UsageProfile(2, 5, 4), Decimal("2.00"), "USD", discounts=offered)
     assert light.best == "hourly"
     assert light.costs[0].cost_minor == 2 * 5 * 4 * 200
-    risky = recommend_plan(UsageProfile(20, 7, 4, predictability=0.5), Decimal("2.00"), "USD")
+    risky = recommend_plan(UsageProfile(20, 7, 4, predictability=0.5), Decimal("2.00"), "USD", discounts=offered)
     assert risky.best == "hourly"
+    assert [c.plan for c in recommend_plan(UsageProfile(20, 7, 4), Decimal("2.00"), "USD").costs] == ["hourly"]
     with pytest.raises(InvalidInput):
         UsageProfile(25, 7, 4)
 

@@ -75,7 +75,11 @@ def test_compare_contract_and_bad_input_exit_code(monkeypatch: pytest.MonkeyPatc
     bad = runner.invoke(cli_app, ["advise", "--params", "7e9", "--json"])
     assert bad.exit_code != 0 and "missing_work" in bad.stderr
     plan = runner.invoke(cli_app, ["advise", "plan", "--gpu", "A100-80GB", "--hours-per-day", "20", "--json"])
-    assert plan.exit_code == 0 and json.loads(plan.stdout)["best"] == "month-package"
+    assert plan.exit_code == 0 and json.loads(plan.stdout)["best"] == "hourly"  # no packages known: none priced
+    assert json.loads(plan.stdout)["discount_source"].startswith("none")
+    args = ["advise", "plan", "--gpu", "A100-80GB", "--hours-per-day", "20", "--discount", "package-month=30", "--json"]
+    plan = runner.invoke(cli_app, args)
+    assert plan.exit_code == 0 and json.loads(plan.stdout)["best"] == "package-month", plan.output
 
 
 def test_advise_buy_writes_an_svg_chart(tmp_path: Path) -> None:

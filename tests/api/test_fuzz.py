@@ -48,6 +48,8 @@ CHECKS = (
 ACCEPTED = ["2xx", "401", "402", "403", "404", "409", "429"]
 STATEFUL_422 = {
     "POST /api/v1/instances": "more GPUs than one host of that model has (count_exceeds_host)",
+    "POST /api/v1/holds": "more GPUs than one host of that model has (count_exceeds_host)",
+    "POST /api/v1/plans/quote": "more GPUs than one host of that model has (count_exceeds_host)",
     "POST /api/v1/jobs": "a deadline in the past; no priced model with that many GPUs on one host",
     "POST /api/v1/advice": "params or a preset model; tokens or samples; int8/int4 only for inference ...",
     "GET /api/v1/advice/compare": "the price catalog has no (spot) price for that GPU",
@@ -59,6 +61,7 @@ STATEFUL_422 = {
     "PUT /api/v1/admin/hosts/{name}": "outbound network only where this host can give it",
     "POST /api/v1/admin/voucher-campaigns": "until must be a real date after now (the clock, the calendar)",
     "PUT /api/v1/budgets": "neither soft nor hard, or both member and instance (invalid_budget, invalid_budget_scope)",
+    "PUT /api/v1/admin/plans/{term}": "a cancellation fee on a reserved term, whose early end claws back instead",
     "POST /api/v1/admin/tariffs": "a window whose from equals its to (invalid_tariff)",
 }
 
@@ -154,6 +157,8 @@ def drill(db_url: str, tmp_path: Path, examples: int) -> None:
             with srv.admin() as a:
                 assert a.put("/admin/prices/A100-80GB", json={"price_per_hour": "36.00"}).status_code == 200
                 assert a.put("/admin/prices/T4", json={"price_per_hour": "3.60"}).status_code == 200
+                for term in ("package-day", "reserved-1m"):  # packages on sale: buying them is exercised too
+                    assert a.put(f"/admin/plans/{term}", json={"discount": "10"}).status_code == 200
                 r = a.post("/admin/users", json={"name": "fuzzer"})
                 assert r.status_code == 201, r.text
                 token = r.json()["token"]
@@ -212,7 +217,7 @@ def _clean_up(srv: LiveServer) -> None:
     wait_for(lambda: list_sandboxes(p) == [], timeout=30)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=190)
 @pytest.mark.timeout(max(600, EXAMPLES * 10))
 def test_schemathesis_finds_nothing(db_url: str, tmp_path: Path) -> None:
     drill(db_url, tmp_path, EXAMPLES)

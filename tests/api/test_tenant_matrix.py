@@ -46,7 +46,8 @@ from danlu.db.models import (
 from tests.conftest import LiveServer, make_platform, require_sandbox, wait_for
 
 ID_PARAM = re.compile(r"\{(\w+_id)(?::\w+)?\}")
-FAKE_IDS = {"job_id": "j-0000000000", "budget_id": "987654321"}  # ids of no object; others are instances
+# Ids of no object; others are instances.
+FAKE_IDS = {"job_id": "j-0000000000", "budget_id": "987654321", "hold_id": "h-0000000000"}
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
 SAMPLE_FIELDS: dict[str, Any] = {
     "command": ["sh", "-c", "echo intruder; sleep 600"],
@@ -69,6 +70,9 @@ SAMPLE_FIELDS: dict[str, Any] = {
     "from_": "23:00",
     "to": "08:00",
     "multiplier": "0.5",
+    "quote_id": "q-" + "0" * 24,
+    "term": "package-day",
+    "discount": "50",
     "institution": "Intruder University",
 }
 
@@ -180,7 +184,12 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         with live.admin() as adm:
             assert adm.put("/admin/prices/A100-80GB", json={"price_per_hour": "36.00"}).status_code == 200
             assert adm.put("/admin/prices/T4", json={"price_per_hour": "3.60"}).status_code == 200
+            assert adm.put("/admin/plans/package-day", json={"discount": "10"}).status_code == 200
         a, b = live.new_user("tenant-a"), live.new_user("tenant-b")
+        # A's package of one T4 (77.76): A's T4 rental below runs on it.
+        hold = a.post("/holds", json={"term": "package-day", "gpu_model": "T4"})
+        assert hold.status_code == 201, hold.text
+        hid = hold.json()["id"]
         cmd = ["sh", "-c", "echo hello-from-a; exec sleep 600"]
         running = a.post("/instances", json={"gpu_model": "T4", "command": cmd, "name": "a-running"})
         stopped = a.post("/instances", json={"gpu_model": "A100-80GB", "command": cmd, "name": "a-stopped"})
@@ -242,6 +251,7 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "instance_id": [rid, sid, run_id, tid, team_run_id],
             "job_id": [jid, tjid],
             "budget_id": [str(r.json()["id"]) for r in budgets],
+            "hold_id": [hid],
         }
         w.a_views = [
             "/instances",
@@ -261,6 +271,8 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "/vouchers?team=a-team",
             "/budgets",
             "/budgets?team=a-team",
+            "/holds",
+            f"/holds/{hid}",
         ]
         try:
             yield w
@@ -453,6 +465,7 @@ def test_operator_routes_answer_403_to_a_tenant_and_change_nothing(world: World)
         "voucher-campaigns": "matrix-gift",
         "student": world.a_name,
         "tariffs": "1",
+        "plans": "package-day",
     }
     calls: list[tuple[RouteInfo, dict[str, str]]] = []
     for route in admin_routes:

@@ -26,12 +26,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
 from danlu.accounts.service import create_user
-from danlu.billing import invoices, vouchers
+from danlu.billing import invoices, terms, vouchers
 from danlu.billing import service as billing
-from danlu.compute import instances
+from danlu.compute import holds, instances
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
@@ -40,8 +41,12 @@ from danlu.db.models import (
     Account,
     Allocation,
     BillingAccount,
+    Charge,
+    Gpu,
+    Hold,
     Instance,
     Invoice,
+    InvoiceLine,
     LedgerEntry,
     LedgerTransaction,
     UsageRecord,
@@ -99,6 +104,56 @@ def check_books(p: Platform) -> None:
                 assert ba is not None
                 paid[ba] -= e.amount_minor
         assert dict(paid) == {k: v for k, v in billed_by_payer.items() if v}
+        # Packages and reservations: what left (or came back to) each payer's cash in their purchase and
+        # refund transactions is exactly their charges, and each hold was paid once, what it says.
+        hold_kinds = ["hold", "refund"]
+        hold_tx = {
+            int(i): str(k)
+            for i, k in s.execute(
+                select(LedgerTransaction.id, LedgerTransaction.kind).where(LedgerTransaction.kind.in_(hold_kinds))
+            ).all()
+        }
+        moved: dict[int, int] = defaultdict(int)
+        for e in s.scalars(select(LedgerEntry).where(LedgerEntry.transaction_id.in_(list(hold_tx)))):
+            ba, kind = owner[e.account_id]
+            if kind == "cash":
+                assert ba is not None
+                moved[ba] -= e.amount_minor
+        charged: dict[int, int] = defaultdict(int)
+        for c in s.scalars(select(Charge)):
+            assert hold_tx[c.transaction_id] == ("hold" if c.kind == "purchase" else "refund")
+            charged[c.billing_account_id] += c.amount_minor
+        assert {k: v for k, v in moved.items() if v} == {k: v for k, v in charged.items() if v}
+        for h in s.scalars(select(Hold)):
+            bought = s.scalars(select(Charge).where(Charge.hold_id == h.id, Charge.kind == "purchase")).one()
+            assert bought.amount_minor == h.paid_minor
+            refunded = s.scalars(select(Charge).where(Charge.hold_id == h.id, Charge.kind == "refund")).all()
+            assert len(refunded) == (1 if h.state == "cancelled" else 0)
+            assert all(0 <= -r.amount_minor <= h.paid_minor for r in refunded)
+            held = s.execute(select(func.count(Gpu.id)).where(Gpu.hold_id == h.id)).scalar_one()
+            assert held == (h.gpu_count if h.state == "active" else 0)
+        # Invoices (final and drafts) add up to everything the payers paid: usage and charges.
+        for ba_id in {*billed_by_payer, *charged}:
+            assert invoiced(s, ba_id) == billed_by_payer.get(ba_id, 0) + charged.get(ba_id, 0), ba_id
+
+
+def invoiced(s: Session, ba_id: int) -> int:
+    final = s.execute(
+        select(func.coalesce(func.sum(InvoiceLine.gross_minor - InvoiceLine.discount_minor), 0))
+        .join(Invoice, Invoice.id == InvoiceLine.invoice_id)
+        .where(Invoice.billing_account_id == ba_id)
+    ).scalar_one()
+    pending = s.execute(
+        select(func.coalesce(func.sum(UsageRecord.amount_minor), 0))
+        .join(Allocation, Allocation.id == UsageRecord.allocation_id)
+        .where(Allocation.billing_account_id == ba_id, UsageRecord.invoice_id.is_(None))
+    ).scalar_one()
+    charges = s.execute(
+        select(func.coalesce(func.sum(Charge.amount_minor), 0)).where(
+            Charge.billing_account_id == ba_id, Charge.invoice_id.is_(None)
+        )
+    ).scalar_one()
+    return int(final) + int(pending) + int(charges)
 
 
 class MoneyMachine(RuleBasedStateMachine):
@@ -119,6 +174,9 @@ class MoneyMachine(RuleBasedStateMachine):
         self.p.backend = RecordingBackend()
         billing.set_price(self.p, "T4", "3.60", "1.80")  # 0.1 fen per second
         billing.set_price(self.p, "A100-80GB", "36.00")  # 1 fen per second
+        terms.set_term(self.p, "package-day", "10", cancel_fee="15")  # T4: 77.76 a day; A100: 777.60
+        terms.set_term(self.p, "reserved-1m", "30")
+        self.holds: list[tuple[User, str]] = []
         self.users: list[User] = []
         self.team: str | None = None
         self.instances: list[tuple[User, str]] = []
@@ -135,6 +193,7 @@ class MoneyMachine(RuleBasedStateMachine):
         self.team = f"lab{suffix}"
         teams.create_team(self.p, self.users[0], self.team)
         teams.add_member(self.p, self.users[0], self.team, self.users[1].name, "member")
+        billing.admin_topup(self.p, self.team, "2000.00", None, team=True)  # enough for a few packages
         vouchers.create_campaign(
             self.p,
             vouchers.CampaignSpec(
@@ -147,7 +206,7 @@ class MoneyMachine(RuleBasedStateMachine):
             ),
         )
 
-    @rule(who=st.integers(0, 1), amount=st.integers(1, 300), team=st.booleans())
+    @rule(who=st.integers(0, 1), amount=st.one_of(st.integers(1, 300), st.just(100_000)), team=st.booleans())
     def topup(self, who: int, amount: int, team: bool) -> None:
         name = self.team if team and self.team else self.users[who].name
         billing.admin_topup(self.p, name, f"{amount // 100}.{amount % 100:02d}", None, team=team)
@@ -165,6 +224,48 @@ class MoneyMachine(RuleBasedStateMachine):
         except DanluError:
             return  # no GPU free, or not enough money: refused, nothing changed (the invariants check it)
         self.instances.append((self.users[who], view.id))
+
+    @rule(
+        who=st.integers(0, 1),
+        term=st.sampled_from(["package-day", "reserved-1m"]),
+        model=st.sampled_from(["T4", "A100-80GB"]),
+        team=st.booleans(),
+        on_expiry=st.sampled_from(["stop", "on-demand"]),
+        cancel_after=st.none() | st.integers(0, 90_000),
+        data=st.data(),
+    )
+    def buy_hold(
+        self, who: int, term: str, model: str, team: bool, on_expiry: str, cancel_after: int | None, data: st.DataObject
+    ) -> None:
+        """Buy a package or reservation; perhaps rent on it, and perhaps cancel it some time later."""
+        try:
+            h = holds.buy(self.p, self.users[who], term, model, 1, on_expiry, team=self.team if team else None)
+        except DanluError as exc:  # no GPU free, or not enough money: refused, nothing changed
+            assert exc.code in ("no_capacity", "insufficient_funds"), exc
+            return
+        self.holds.append((self.users[who], h.id))
+        if data.draw(st.booleans()):
+            self.rent(who, model, team)
+        if cancel_after is not None:
+            self.clock.advance(seconds=cancel_after)
+            self.cancel_hold(data, 0)
+
+    @rule(data=st.data(), wait=st.integers(0, 700))
+    def cancel_hold_later(self, data: st.DataObject, wait: int) -> None:
+        self.cancel_hold(data, wait)
+
+    def cancel_hold(self, data: st.DataObject, wait: int) -> None:
+        if not self.holds:
+            return
+        user, hold_id = data.draw(st.sampled_from(self.holds))
+        try:
+            q = holds.cancel_quote(self.p, user, hold_id)
+            self.clock.advance(seconds=wait)  # confirmed later, or too late (quotes last 600 s)
+            done = holds.cancel(self.p, user, hold_id, q.quote_id)
+        except DanluError as exc:  # already ended, the quote expired, or a member's own hold only
+            assert exc.code in ("hold_not_active", "quote_expired", "team_role_required"), exc
+            return
+        assert 0 <= done.refunded_minor <= q.refund_minor  # never more than quoted
 
     @rule(seconds=st.integers(1, 400), ms=st.integers(0, 999))
     def advance(self, seconds: int, ms: int) -> None:
@@ -243,6 +344,7 @@ class MoneyMachine(RuleBasedStateMachine):
         self.stack.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("db", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_money_state_machine(db: str, tmp_path: Path) -> None:
@@ -263,3 +365,4 @@ def test_money_state_machine(db: str, tmp_path: Path) -> None:
     totals = MoneyMachine.totals  # the machine really moved money (else it proves nothing)
     assert totals.get("usage", 0) > 0 and totals.get("voucher", 0) > 0, totals
     assert totals.get("voucher_paid", 0) > 0 and totals.get("final", 0) > 0, totals
+    assert totals.get("hold", 0) > 0 and totals.get("refund", 0) > 0, totals

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_contract import Cli, server  # noqa: F401 - the real-server fixture
 from tests.conftest import wait_for
 
 
+@pytest.mark.slow
 def test_vouchers_and_teams_contract(server: tuple[str, Path]) -> None:  # noqa: F811
     url, data = server
     cli = Cli(url, (data / "admin-token").read_text().strip())

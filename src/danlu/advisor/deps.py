@@ -20,5 +20,8 @@ def get_platform_offers(request: Request) -> list[PlatformOffer]:
     return provider() if provider is not None else []
 
 
-def get_platform_plans() -> PlatformPlans:
-    return PlatformPlans()
+def get_platform_plans(request: Request) -> PlatformPlans:
+    """This platform's plans beyond on-demand (``app.state.platform_plans``): the packages and
+    reserved commitments on sale now; none without it."""
+    provider: Callable[[], PlatformPlans] | None = getattr(request.app.state, "platform_plans", None)
+    return provider() if provider is not None else PlatformPlans()

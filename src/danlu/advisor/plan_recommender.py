@@ -1,10 +1,12 @@
-"""Plan recommender: from a usage profile, the cheapest of hourly, day/week/month packages and a reserved
-commitment, with the break-even usage of each against hourly.
+"""Plan recommender: from a usage profile, the cheapest of hourly and the packages and reserved
+commitments on offer, with the break-even usage of each against hourly.
 
-Package and reserved prices come from operator-set discounts off the hourly rate (the defaults below are
-placeholders until the operator configures them, not market data). A package is paid whether used or not,
-so ``predictability`` p (0 < p ≤ 1) says usage may fall to p × plan: a package is recommended only if it is
-cheaper than hourly *even then*.
+Package and reserved prices are the discounts off the hourly rate that the caller passes: this
+platform's terms on sale (danlu.billing.terms), or what-if discounts the user gives. There are no
+built-in discounts: a term nobody sells is not priced. A package is paid whether used or not, so
+``predictability`` p (0 < p ≤ 1) says usage may fall to p × plan: a package is recommended only if
+it is cheaper than hourly *even then*. Terms are those of danlu.billing.commitments (a month is 30
+days; a reservation runs its whole term even when the profile is shorter).
 """
 
 from __future__ import annotations
@@ -14,16 +16,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from danlu.advisor.plans import cost_minor, hours_decimal
+from danlu.billing.commitments import TERMS
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 
-DEFAULT_DISCOUNTS = {
-    "day-package": Decimal(10),
-    "week-package": Decimal(20),
-    "month-package": Decimal(30),
-    "reserved": Decimal(45),
-}
-PERIOD_HOURS = {"day-package": 24, "week-package": 168, "month-package": 720, "reserved": 720}
+PERIOD_HOURS = {name: t.seconds // 3600 for name, t in TERMS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,29 +75,22 @@ def recommend_plan(
     currency: str,
     gpus: int = 1,
     discounts: dict[str, Decimal] | None = None,
-    reserved_months: int = 12,
 ) -> PlanRecommendation:
-    """Total cost of each plan over ``profile.weeks`` for ``gpus`` GPUs.
-
-    ``hourly_rate`` is in major units per GPU-hour.
-    """
-    if gpus < 1 or reserved_months < 1 or hourly_rate <= 0:
-        raise InvalidInput("invalid_plan_input", "gpus, reserved months and the hourly rate must be positive")
-    disc = {**DEFAULT_DISCOUNTS, **(discounts or {})}
+    """Total cost of hourly and of each term in ``discounts`` (term → percent off) over
+    ``profile.weeks`` for ``gpus`` GPUs. ``hourly_rate`` is in major units per GPU-hour."""
+    if gpus < 1 or hourly_rate <= 0:
+        raise InvalidInput("invalid_plan_input", "gpus and the hourly rate must be positive")
+    disc = dict(discounts or {})
     for name, d in disc.items():
+        if name not in TERMS:
+            raise InvalidInput("invalid_term", f"{name!r} is not a term; use one of {', '.join(TERMS)}")
         if not Decimal(0) <= d < Decimal(100):
             raise InvalidInput("invalid_discount", f"{name} discount must be a percentage in [0, 100)")
     p = profile
     days = p.days_per_week * p.weeks
     planned_h = p.hours_per_day * days
     low_h = planned_h * p.predictability
-    months = math.ceil(p.weeks * 7 / 30 - 1e-9)
-    periods = {
-        "day-package": math.ceil(days - 1e-9),
-        "week-package": math.ceil(p.weeks - 1e-9),
-        "month-package": months,
-        "reserved": max(months, reserved_months),
-    }
+    span_days = p.weeks * 7
     costs = [
         PlanCost(
             "hourly",
@@ -108,22 +98,23 @@ def recommend_plan(
             f"{low_h:.0f} GPU-hours used" + (f" (of {planned_h:.0f} planned)" if low_h < planned_h else ""),
         )
     ]
-    for plan, n in periods.items():
+    for plan in TERMS:
+        if plan not in disc:
+            continue
+        t_days = TERMS[plan].seconds // 86_400
+        # A day package covers a day of use; longer terms cover the calendar span they run over.
+        n = math.ceil(days - 1e-9) if t_days == 1 else math.ceil(span_days / t_days - 1e-9)
         rate = hourly_rate * (1 - disc[plan] / 100)
         gh = Decimal(n * PERIOD_HOURS[plan] * gpus)
         costs.append(PlanCost(plan, cost_minor(rate, gh, currency), f"{n} × {PERIOD_HOURS[plan]} h at -{disc[plan]}%"))
     costs.sort(key=lambda c: (c.cost_minor, c.plan != "hourly"))
-    per_week_days = p.days_per_week
     break_even = []
-    for plan in ("day-package", "week-package", "month-package"):
-        covered_days = {
-            "day-package": 1.0,
-            "week-package": per_week_days,
-            "month-package": per_week_days * 30 / 7,
-        }
-        h = PERIOD_HOURS[plan] * float(1 - disc[plan] / 100) / covered_days[plan]
+    for plan in disc:
+        t_days = TERMS[plan].seconds // 86_400
+        used_days = 1.0 if t_days == 1 else p.days_per_week * t_days / 7
+        h = PERIOD_HOURS[plan] * float(1 - disc[plan] / 100) / used_days
         if h <= 24:
             break_even.append(f"above {h:.1f} h/day a {plan} is cheaper than hourly")
         else:
-            break_even.append(f"a {plan} never beats hourly at {per_week_days:g} days/week")
+            break_even.append(f"a {plan} never beats hourly at {p.days_per_week:g} days/week")
     return PlanRecommendation(costs[0].plan, currency, tuple(costs), tuple(break_even))

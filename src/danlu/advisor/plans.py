@@ -2,7 +2,8 @@
 
 A *source* is one place to rent a GPU model: this platform's offer or a public catalog row. A
 *plan pricer* turns (source, GPUs, useful hours, deadline) into a quote or ``None`` when the plan
-does not exist there. New plans (packages, reserved commitments) plug in with
+does not exist there. Packages and reserved commitments
+are registered from the platform's terms (danlu.billing.commitments); new plans plug in with
 :func:`register_plan`; ranking code never names a plan.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, localcontext
 
+from danlu.billing.commitments import TERMS, format_bp, hold_price
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.core.money import exponent, round_minor
 
@@ -32,13 +34,13 @@ class PlatformOffer:
 
 @dataclass(frozen=True, slots=True)
 class PlatformPlans:
-    """Operator-configured plans beyond on-demand; ``None`` means the plan is not offered."""
+    """Operator-configured plans beyond on-demand; ``None`` (or a term missing from ``terms``) means
+    the plan is not offered. ``terms`` are the packages and reserved commitments on sale
+    (danlu.billing.terms): term name → discount in basis points."""
 
     offpeak_discount_pct: Decimal | None = None
     offpeak_hours_per_day: float = 8.0
-    day_package_discount_pct: Decimal | None = None
-    week_package_discount_pct: Decimal | None = None
-    month_package_discount_pct: Decimal | None = None
+    terms: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,32 +161,29 @@ def off_peak(ctx: PlanContext) -> PlanQuote | None:
     return PlanQuote("off-peak", wall, gh, cost_minor(rate, gh, ctx.source.currency), note)
 
 
-def _package(ctx: PlanContext, name: str, period_h: int, discount: Decimal | None) -> PlanQuote | None:
-    """A package reserves the GPU for whole periods at a discount off ``period_h`` on-demand hours."""
-    if discount is None or not _within(ctx, ctx.hours):
+def _term(ctx: PlanContext, name: str) -> PlanQuote | None:
+    """A package or reserved commitment this platform sells (danlu.billing.commitments): whole terms,
+    used or not, priced as the platform prices a purchase (the one rater, rounded once)."""
+    discount_bp = ctx.source.plans.terms.get(name)
+    if discount_bp is None or not _within(ctx, ctx.hours):
         return None
+    t = TERMS[name]
+    period_h = t.seconds // 3600
     periods = max(1, math.ceil(ctx.hours / period_h - 1e-9))
-    gh = Decimal(periods * period_h * _billed_gpus(ctx))
-    rate = ctx.source.rate * (1 - discount / 100)
-    return PlanQuote(
-        name,
-        ctx.hours,
-        gh,
-        cost_minor(rate, gh, ctx.source.currency),
-        f"{periods} × {period_h} h package at -{discount}%",
-    )
+    gpus = _billed_gpus(ctx)
+    gh = Decimal(periods * period_h * gpus)
+    minor = ctx.source.rate.scaleb(exponent(ctx.source.currency))
+    if minor == minor.to_integral_value():
+        cost = periods * hold_price(int(minor), gpus, t.seconds, discount_bp)
+    else:
+        cost = cost_minor(ctx.source.rate * (1 - Decimal(discount_bp) / 10_000), gh, ctx.source.currency)
+    note = f"{periods} × {t.label} at -{format_bp(discount_bp)}, paid whether used or not"
+    return PlanQuote(name, ctx.hours, gh, cost, note)
 
 
-@register_plan("day-package")
-def day_package(ctx: PlanContext) -> PlanQuote | None:
-    return _package(ctx, "day-package", 24, ctx.source.plans.day_package_discount_pct)
+def _term_pricer(name: str) -> PlanPricer:
+    return lambda ctx: _term(ctx, name)
 
 
-@register_plan("week-package")
-def week_package(ctx: PlanContext) -> PlanQuote | None:
-    return _package(ctx, "week-package", 168, ctx.source.plans.week_package_discount_pct)
-
-
-@register_plan("month-package")
-def month_package(ctx: PlanContext) -> PlanQuote | None:
-    return _package(ctx, "month-package", 720, ctx.source.plans.month_package_discount_pct)
+for _name in TERMS:
+    register_plan(_name)(_term_pricer(_name))

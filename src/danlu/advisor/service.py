@@ -147,16 +147,31 @@ def plan_advice(
     *,
     gpus: int = 1,
     platform_offers: Sequence[PlatformOffer] = (),
+    platform_terms: dict[str, int] | None = None,
     discounts: dict[str, Decimal] | None = None,
     rate: Decimal | None = None,
     currency: str = "USD",
 ) -> dict[str, Any]:
-    """The plan recommendation for ``gpu`` at the given or the best known hourly rate."""
+    """The plan recommendation for ``gpu`` at the given or the best known hourly rate. Packages and
+    reservations are priced at ``discounts`` (term → percent, a what-if the user gives) or else, when
+    the rate is this platform's, at the terms this platform sells (``platform_terms``: term → basis
+    points); otherwise only hourly is priced, and the answer says why."""
     origin = "given"
     if rate is None:
         rate, currency, origin = hourly_rate_for(gpu, platform_offers)
-    rec = recommend_plan(profile, rate, currency.upper(), gpus, discounts)
-    return {**rec.to_dict(), "hourly_rate": str(rate), "rate_source": origin}
+    if discounts:
+        used, source = discounts, "given"
+    elif origin == "this platform" and platform_terms:
+        used, source = {t: Decimal(bp) / 100 for t, bp in platform_terms.items()}, "this platform's terms on sale"
+    else:
+        used = {}
+        source = (
+            "none: this platform sells no packages or reservations"
+            if origin == "this platform"
+            else "none: give what-if discounts (--discount TERM=PCT) to compare packages at this rate"
+        )
+    rec = recommend_plan(profile, rate, currency.upper(), gpus, used)
+    return {**rec.to_dict(), "hourly_rate": str(rate), "rate_source": origin, "discount_source": source}
 
 
 def buy_advice(

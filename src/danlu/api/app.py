@@ -16,11 +16,12 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 
 from danlu import __version__
-from danlu.advisor.plans import PlatformOffer
+from danlu.advisor.plans import PlatformOffer, PlatformPlans
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.api.routers import budgets as budgets_router
+from danlu.api.routers import holds as holds_router
 from danlu.api.routers import invoices as invoice_routes
 from danlu.api.routers import storage as storage_router
 from danlu.api.routers import student as student_router
@@ -28,6 +29,7 @@ from danlu.api.routers import tariffs as tariffs_router
 from danlu.api.routers import teams as teams_router
 from danlu.api.routers import vouchers as vouchers_router
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
+from danlu.billing import terms
 from danlu.billing.accounts import currency
 from danlu.compute.offers import list_offers
 from danlu.context import Platform
@@ -51,7 +53,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     errors.install(app)
     for module in (offers, instances, jobs, images, account, admin, operator):
         app.include_router(module.router, prefix=API_PREFIX)
-    for extra in (teams_router, vouchers_router):  # issue 9: teams and vouchers
+    for extra in (teams_router, vouchers_router, holds_router):  # issue 9: teams, vouchers, packages
         app.include_router(extra.router, prefix=API_PREFIX)
         app.include_router(extra.admin_router, prefix=API_PREFIX)
     app.include_router(invoice_routes.router, prefix=API_PREFIX)
@@ -61,6 +63,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
         app.include_router(admin_only.admin_router, prefix=API_PREFIX)
     app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
+    app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 
     install_docs(app)
     install_openapi(app, platform)
@@ -148,6 +151,11 @@ def _swap_patterns(node: object, swap: dict[str, str]) -> None:
     elif isinstance(node, list):
         for item in node:
             _swap_patterns(item, swap)
+
+
+def platform_plans_for_advice(p: Platform) -> PlatformPlans:
+    """The packages and reserved commitments on sale here, for the advisor's ranking and plans."""
+    return PlatformPlans(terms={v.term: v.discount_bp for v in terms.list_terms(p)})
 
 
 def platform_offers_for_advice(p: Platform) -> list[PlatformOffer]:

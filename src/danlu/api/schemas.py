@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from danlu.accounts.service import NAME_RE as USER_NAME_RE
+from danlu.billing.commitments import ON_EXPIRY, TERMS
 from danlu.catalog.gpu_models import gpu_models
 from danlu.compute.envvars import MAX_VARS
 from danlu.compute.hosts import cpus_text
@@ -306,6 +307,20 @@ NETWORK_POLICY = "|".join(POLICIES)
 PRIORITY = "|".join(PRIORITIES)
 
 
+TERM_CHOICES = "|".join(TERMS)
+TERM_TEXT = "package-day, package-week, package-month, reserved-1m, reserved-3m, reserved-6m or reserved-12m"
+TermName = Annotated[
+    str,
+    Field(pattern=f"^({TERM_CHOICES})$", description=TERM_TEXT),
+    limited("invalid_term", f"a term is one of {TERM_TEXT}", pattern=f"^({TERM_CHOICES})$"),
+]
+OnExpiry = Annotated[
+    str,
+    Field(pattern=f"^({'|'.join(ON_EXPIRY)})$", description="At the end, an instance on it: stop, or on-demand"),
+    limited("invalid_on_expiry", "on_expiry is stop or on-demand", pattern=f"^({'|'.join(ON_EXPIRY)})$"),
+]
+
+
 class RentRequest(Strict):
     gpu_model: GpuModel
     gpu_count: GpuCount = 1
@@ -319,6 +334,13 @@ class RentRequest(Strict):
     image: ImageName = "host"
     env: EnvVars = Field(default_factory=dict)
     team: TeamName | None = Field(None, description="Pay from this team's account (member or above)")
+    package: TermName | None = Field(
+        None, description="Buy this package or reserved commitment with the rental (paid at once) and run on it"
+    )
+    on_expiry: OnExpiry = "stop"
+    expected_price: Amount | None = Field(
+        None, description="With package: the price you were quoted (POST /plans/quote); if it changed, 409"
+    )
 
 
 class OfferOut(BaseModel):
@@ -393,6 +415,7 @@ class InstanceOut(BaseModel):
     )
     workspace_release_at: str | None = Field(None, description="when a stopped instance's workspace is released")
     workspace_released_at: str | None = None
+    hold_id: str | None = Field(None, description="the package or reservation it runs on (prepaid), if any")
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:
@@ -422,6 +445,7 @@ class InstanceOut(BaseModel):
             else format_minor(v.stopped_storage_per_day_minor, v.currency),
             workspace_release_at=iso(v.workspace_release_at_ms),
             workspace_released_at=iso(v.workspace_released_at_ms),
+            hold_id=v.hold_id,
         )
 
 
@@ -592,6 +616,7 @@ class GpuOut(BaseModel):
     simulated: bool
     present: bool
     instance_id: str | None
+    hold_id: str | None = None
 
 
 class QuotaIn(Strict):

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from danlu.billing.accounts import currency
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, Budget, Event, Setting, UsageRecord
+from danlu.db.models import Allocation, Budget, Charge, Event, Hold, Setting, UsageRecord
 
 THRESHOLDS = (50, 80, 100)
 
@@ -52,6 +52,8 @@ def _scope_filter(budget: Budget) -> list[object]:
 
 
 def spent_minor(session: Session, budget: Budget, now_ms: int, tz: ZoneInfo) -> int:
+    """What was charged in the budget's scope (this period for a monthly one): usage, and for the
+    account and a member, packages and reservations bought less their refunds (``charges``)."""
     stmt = (
         select(func.coalesce(func.sum(UsageRecord.amount_minor), 0))
         .join(Allocation, Allocation.id == UsageRecord.allocation_id)
@@ -59,7 +61,22 @@ def spent_minor(session: Session, budget: Budget, now_ms: int, tz: ZoneInfo) -> 
     )
     if budget.period == "month":
         stmt = stmt.where(UsageRecord.end_ms > period_start_ms(now_ms, tz))
-    return int(session.execute(stmt).scalar_one())
+    spent = int(session.execute(stmt).scalar_one())
+    kind, _, ref = budget.scope.partition(":")
+    if kind == "instance":
+        return spent
+    # A refund counts in the month its purchase did (joined by hold), so a cancellation never
+    # makes a later month's spending negative; both are the buyer's.
+    charged = (
+        select(func.coalesce(func.sum(Charge.amount_minor), 0))
+        .join(Hold, Hold.id == Charge.hold_id)
+        .where(Charge.billing_account_id == budget.billing_account_id)
+    )
+    if kind == "member":
+        charged = charged.where(Hold.user_id == int(ref))
+    if budget.period == "month":
+        charged = charged.where(Hold.created_at_ms >= period_start_ms(now_ms, tz))
+    return spent + int(session.execute(charged).scalar_one())
 
 
 def hard_caps(session: Session, billing_account_id: int, now_ms: int) -> list[tuple[Budget, int]]:
@@ -85,7 +102,8 @@ def cap_targets(
     the charge is monotone in the instant). Returns the capped allocations' new targets."""
     capped: dict[int, int] = {}
     for budget, left in caps:
-        scoped = [a for a in allocations if in_scope(budget, a)]
+        # Usage on a prepaid hold costs nothing more: a cap never stops it (its purchase counted).
+        scoped = [a for a in allocations if in_scope(budget, a) and a.hold_id is None]
         if not scoped:
             continue
 

@@ -24,10 +24,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import Table, and_, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -37,7 +37,7 @@ from danlu.billing.rating import billable_seconds
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor
-from danlu.db.models import Account, Allocation, Invoice, InvoiceLine, Setting, UsageRecord, User
+from danlu.db.models import Account, Allocation, Charge, Invoice, InvoiceLine, Setting, UsageRecord, User
 
 SEQ_KEY = "invoice_seq"
 FORMATS = ("json", "csv", "html")
@@ -177,6 +177,39 @@ class _Group:
         return billable_seconds(started, self.last_end_ms) - billable_seconds(started, self.first_start_ms)
 
 
+@dataclass(frozen=True)
+class _ChargeItem:
+    """A one-off charge not yet on an invoice (a hold's purchase or refund): one line of its own."""
+
+    charge: Charge
+    own: str
+    count: int = 0  # usage intervals it carries (none)
+
+
+_Item = _Group | _ChargeItem
+
+
+def _charges_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_Item]]:
+    out: dict[int, list[_Item]] = defaultdict(list)
+    for c in s.scalars(
+        select(Charge)
+        .where(Charge.invoice_id.is_(None), Charge.billing_account_id.in_(ba_ids))
+        .order_by(Charge.at_ms, Charge.id)
+    ):
+        out[c.billing_account_id].append(_ChargeItem(c, period_of(c.at_ms, tz)))
+    return out
+
+
+def _items_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_Item]]:
+    """Everything of these payers not yet on an invoice: usage groups, then charges, by payer."""
+    out: dict[int, list[_Item]] = defaultdict(list)
+    for ba_id, groups in _groups_of(s, ba_ids, tz).items():
+        out[ba_id].extend(groups)
+    for ba_id, charges in _charges_of(s, ba_ids, tz).items():
+        out[ba_id].extend(charges)
+    return out
+
+
 def _of_payer(ba_id: int) -> Any:
     return UsageRecord.allocation_id.in_(select(Allocation.id).where(Allocation.billing_account_id == ba_id))
 
@@ -239,10 +272,30 @@ def _target(own: str, final: set[str]) -> str:
     return own
 
 
-def _lines(groups: list[_Group], target: str) -> list[LineView]:
-    """Lines per (instance, plan, price; the month an adjustment is for), in allocation order."""
+def _lines(items: list[_Item], target: str) -> list[LineView]:
+    """Lines per (instance, plan, price; the month an adjustment is for), in allocation order, then
+    one line per charge (a package or reservation bought, or refunded) in the order they were made."""
     acc: dict[tuple[str, str, int, int, str, str | None], list[int]] = {}
-    for g in groups:
+    charges: list[LineView] = []
+    for g in items:
+        if isinstance(g, _ChargeItem):
+            c, adj = g.charge, g.own if g.own != target else None
+            desc = f"adjustment for {adj}: {c.description}" if adj else c.description
+            charges.append(
+                LineView(
+                    c.hold_id,
+                    desc,
+                    c.plan,
+                    c.seconds,
+                    c.price_per_hour_minor,
+                    c.gross_minor,
+                    c.discount_minor,
+                    0,
+                    c.amount_minor,
+                    adj is not None,
+                )
+            )
+            continue
         a = g.alloc
         adj = g.own if g.own != target else None
         key = (a.instance_id, a.plan, a.price_per_hour_minor, a.gpu_count, a.gpu_model, adj)
@@ -258,14 +311,14 @@ def _lines(groups: list[_Group], target: str) -> list[LineView]:
                 inst, desc, plan, seconds, price, gross, gross - amount, voucher, amount - voucher, adj is not None
             )
         )
-    return out
+    return out + charges
 
 
-def _drafts(s: Session, ba_id: int, tz: ZoneInfo) -> dict[str, list[_Group]]:
-    """The payer's not-yet-invoiced usage by the invoice it will go on."""
+def _drafts(s: Session, ba_id: int, tz: ZoneInfo) -> dict[str, list[_Item]]:
+    """The payer's not-yet-invoiced usage and charges by the invoice they will go on."""
     final = _final_periods(s, ba_id)
-    out: dict[str, list[_Group]] = defaultdict(list)
-    for g in _groups(s, ba_id, tz):
+    out: dict[str, list[_Item]] = defaultdict(list)
+    for g in _items_of(s, [ba_id], tz).get(ba_id, []):
         out[_target(g.own, final)].append(g)
     return out
 
@@ -364,8 +417,9 @@ def finalize(p: Platform, billing_account_id: int, period: str) -> InvoiceView |
         s.flush()
         s.add_all(InvoiceLine(invoice_id=inv.id, **asdict(line)) for line in lines)
         s.flush()
+        _attach_charges(s, {inv.id: items})
         moved = 0
-        for own in sorted({g.own for g in items}):
+        for own in sorted({g.own for g in items if isinstance(g, _Group)}):
             lo, hi = period_bounds(own, tz)
             result = s.execute(
                 update(UsageRecord)
@@ -383,6 +437,28 @@ def finalize(p: Platform, billing_account_id: int, period: str) -> InvoiceView |
         )
         s.refresh(inv)
         return _stored(s, inv, ba.name, ba.kind)
+
+
+def _attach_charges(s: Session, by_invoice: dict[int, list[_Item]]) -> None:
+    """Put each invoice's charges on it, in one executemany (a statement per invoice cost 23 ms at
+    10,000 payers), each row guarded: a charge is on one invoice only."""
+    moves = [
+        {"c_id": g.charge.id, "c_invoice": invoice_id}
+        for invoice_id, items in by_invoice.items()
+        for g in items
+        if isinstance(g, _ChargeItem)
+    ]
+    if not moves:
+        return
+    table = cast(Table, Charge.__table__)
+    result = s.connection().execute(
+        update(table)
+        .where(table.c.id == bindparam("c_id"), table.c.invoice_id.is_(None))
+        .values(invoice_id=bindparam("c_invoice")),
+        moves,
+    )
+    if result.rowcount != len(moves):
+        raise Conflict("invoice_race", "a charge was invoiced concurrently; retry")
 
 
 def _due(period: str, p: Platform, tz: ZoneInfo, now_ms: int) -> bool:
@@ -412,9 +488,9 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
             )
         ):
             final[ba_id].add(period)
-        todo: list[tuple[int, str, list[_Group]]] = []
-        for ba_id, groups in sorted(_groups_of(s, ba_ids, tz).items()):
-            drafts: dict[str, list[_Group]] = defaultdict(list)
+        todo: list[tuple[int, str, list[_Item]]] = []
+        for ba_id, groups in sorted(_items_of(s, ba_ids, tz).items()):
+            drafts: dict[str, list[_Item]] = defaultdict(list)
             for g in groups:
                 drafts[_target(g.own, final[ba_id])].append(g)
             todo.extend((ba_id, period, drafts[period]) for period in sorted(drafts) if due(period))
@@ -437,39 +513,34 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
         s.flush()
         s.add_all(InvoiceLine(invoice_id=inv.id, **asdict(line)) for inv, lines in made for line in lines)
         s.flush()
-        # The intervals onto their invoices: one UPDATE per (month of usage, invoice month) pair,
-        # each interval finding its payer's new invoice of that month.
-        pairs: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for (inv, _), (_, period, items) in zip(made, todo, strict=True):
-            for own in {g.own for g in items}:
-                pairs[(own, period)].append(inv.id)
+        _attach_charges(s, {inv.id: items for (inv, _), (_, _, items) in zip(made, todo, strict=True)})
+        # The intervals onto their invoices: one executemany per month of usage, a parameter set per
+        # payer (its allocations by their index, then its intervals by (allocation, start)). A single
+        # UPDATE with a correlated subquery over the new invoices scanned them for every interval
+        # (PostgreSQL had no statistics for the rows just inserted): 180 s for 10,000 payers.
+        by_month: dict[str, list[dict[str, int]]] = defaultdict(list)
+        for (inv, _), (ba_id, _period, items) in zip(made, todo, strict=True):
+            for own in sorted({g.own for g in items if isinstance(g, _Group)}):
+                lo, hi = period_bounds(own, tz)
+                by_month[own].append({"u_ba": ba_id, "u_invoice": inv.id, "u_lo": lo, "u_hi": hi})
+        usage = cast(Table, UsageRecord.__table__)
+        allocs = cast(Table, Allocation.__table__)
         moved = 0
-        for (own, _target_month), invoice_ids in sorted(pairs.items()):
-            lo, hi = period_bounds(own, tz)
-            new_invoice = (
-                select(Invoice.id)
+        for _own, params in sorted(by_month.items()):
+            result = s.connection().execute(
+                update(usage)
                 .where(
-                    Invoice.id.in_(invoice_ids),
-                    Invoice.billing_account_id == Allocation.billing_account_id,
-                    Allocation.id == UsageRecord.allocation_id,
-                )
-                .correlate(UsageRecord)
-                .scalar_subquery()
-            )
-            payers_of = select(Invoice.billing_account_id).where(Invoice.id.in_(invoice_ids))
-            result = s.execute(
-                update(UsageRecord)
-                .where(
-                    UsageRecord.invoice_id.is_(None),
-                    UsageRecord.allocation_id.in_(
-                        select(Allocation.id).where(Allocation.billing_account_id.in_(payers_of))
+                    usage.c.invoice_id.is_(None),
+                    usage.c.allocation_id.in_(
+                        select(allocs.c.id).where(allocs.c.billing_account_id == bindparam("u_ba"))
                     ),
-                    _in_month(lo, hi),
+                    usage.c.end_ms > bindparam("u_lo"),
+                    usage.c.end_ms <= bindparam("u_hi"),
                 )
-                .values(invoice_id=new_invoice)
-                .execution_options(synchronize_session=False)
+                .values(invoice_id=bindparam("u_invoice")),
+                params,
             )
-            moved += result.rowcount  # type: ignore[attr-defined]
+            moved += result.rowcount
         if moved != sum(g.count for _, _, items in todo for g in items):  # the locks make this impossible
             raise Conflict("invoice_race", "usage was posted while these invoices were written; retry")
         s.execute(
@@ -492,8 +563,14 @@ def finalize_due(p: Platform, now_ms: int) -> int:
             .where(UsageRecord.invoice_id.is_(None))
             .group_by(Allocation.billing_account_id)
         ).all()
+        oldest_charge = s.execute(
+            select(Charge.billing_account_id, func.min(Charge.at_ms))
+            .where(Charge.invoice_id.is_(None))
+            .group_by(Charge.billing_account_id)
+        ).all()
     payers = sorted(
-        ba_id for ba_id, first_end in oldest_open if _due(record_period(first_end - 1, first_end, tz), p, tz, now_ms)
+        {ba_id for ba_id, first_end in oldest_open if _due(record_period(first_end - 1, first_end, tz), p, tz, now_ms)}
+        | {ba_id for ba_id, first_at in oldest_charge if _due(period_of(first_at, tz), p, tz, now_ms)}
     )
     return sum(
         _finalize_many(p, payers[i : i + BATCH_PAYERS], tz, lambda period: _due(period, p, tz, now_ms))
@@ -530,12 +607,15 @@ def admin_finalize(p: Platform, period: str | None) -> int:
         raise Conflict("period_open", f"{period} has not ended yet; finalise it after the month is over")
     with p.db.read() as s:
         payers = sorted(
-            s.scalars(
-                select(Allocation.billing_account_id)
-                .join(UsageRecord, UsageRecord.allocation_id == Allocation.id)
-                .where(UsageRecord.invoice_id.is_(None))
-                .distinct()
+            set(
+                s.scalars(
+                    select(Allocation.billing_account_id)
+                    .join(UsageRecord, UsageRecord.allocation_id == Allocation.id)
+                    .where(UsageRecord.invoice_id.is_(None))
+                    .distinct()
+                )
             )
+            | set(s.scalars(select(Charge.billing_account_id).where(Charge.invoice_id.is_(None)).distinct()))
         )
     return sum(
         _finalize_many(p, payers[i : i + BATCH_PAYERS], tz, lambda due: due == period)

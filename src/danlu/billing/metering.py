@@ -14,9 +14,9 @@ transaction:
   minor units, so the rows tile the allocation — and a crashed, retried or concurrent tick collides
   instead of double-charging;
 * if vouchers plus the balance plus the credit limit cannot cover the charge, usage is billed
-  only up to the latest instant they cover, the account's allocations are ended there, and the
-  caller is told the payer is exhausted so it stops their instances. Nothing is ever charged
-  beyond the balance.
+  only up to the latest instant they cover, the account's paid allocations are ended there (not
+  those on a prepaid package or reservation), and the caller is told the payer is exhausted so it
+  stops those instances. Nothing is ever charged beyond the balance.
 """
 
 from __future__ import annotations
@@ -170,7 +170,11 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
         budget = max(0, balance - floor)
 
         def upto(t: int) -> dict[int, int]:
-            return {a.id: max(a.billed_until_ms, min(targets[a.id], t)) for a in allocations}
+            # Usage on a prepaid hold costs nothing and is never cut: only paid usage stops here.
+            return {
+                a.id: targets[a.id] if a.hold_id is not None else max(a.billed_until_ms, min(targets[a.id], t))
+                for a in allocations
+            }
 
         # Cash needed is monotone in the cut-off (vouchers pay first, each up to what it has), so a
         # binary search over milliseconds finds the latest instant the payer can afford exactly.
@@ -214,7 +218,7 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
         new_until = targets[a.id]
         # An exhausted payer's allocations all end (for billing) where the money ran out; a capped
         # one where its budget did.
-        stopped_here = exhausted or a.id in capped
+        stopped_here = (exhausted and a.hold_id is None) or a.id in capped
         settled = stopped_here or (a.ended_at_ms is not None and new_until >= a.ended_at_ms)
         if new_until == a.billed_until_ms and not settled:
             continue

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 from danlu.core.errors import InvalidInput
 from danlu.db.models import PricePlan
 
-KINDS = ("on-demand", "interruptible", "storage")
+KINDS = ("on-demand", "interruptible", "storage", "held")
+HELD = "held"  # usage on a package's or reservation's GPUs: prepaid with the hold, so 0 per second
 
 
 def current_plan(session: Session, gpu_model: str, kind: str) -> PricePlan | None:
@@ -56,3 +57,13 @@ def record_price(session: Session, gpu_model: str, kind: str, minor: int | None,
             PricePlan(gpu_model=gpu_model, kind=kind, price_per_hour_minor=minor, currency=cur, created_at_ms=now_ms)
         )
     session.flush()
+
+
+def held_plan(session: Session, gpu_model: str, cur: str, now_ms: int) -> PricePlan:
+    """The (price 0) plan row that usage on a hold's GPUs is recorded at, made on first use."""
+    row = current_plan(session, gpu_model, HELD)
+    if row is None:
+        record_price(session, gpu_model, HELD, 0, cur, now_ms)
+        row = current_plan(session, gpu_model, HELD)
+        assert row is not None
+    return row

@@ -105,6 +105,7 @@ def gpus(as_json: bool = JsonOpt) -> None:
             ("kind", "kind"),
             ("uuid", "uuid"),
             ("instance_id", "instance"),
+            ("hold_id", "held for"),
         ],
     )
 

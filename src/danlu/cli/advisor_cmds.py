@@ -49,9 +49,9 @@ def _source(text: str) -> None:
     err_console.print(f"source: {text}", markup=False, highlight=False)
 
 
-def _remote(body: dict[str, Any], url: str) -> dict[str, Any]:
+def _remote(body: dict[str, Any], url: str, path: str = "/advice") -> dict[str, Any]:
     token = os.environ.get("DANLU_TOKEN", "")
-    endpoint = url.rstrip("/") + "/api/v1/advice"
+    endpoint = url.rstrip("/") + "/api/v1" + path
     import httpx  # only when a server is asked
 
     try:
@@ -168,22 +168,48 @@ def advise_plan(
     gpus: int = typer.Option(1, help="GPUs rented together."),
     price: str = typer.Option(None, help="Hourly price per GPU to use instead of the catalog's."),
     currency: str = typer.Option("USD", help="Currency of --price."),
+    discount: list[str] = typer.Option(
+        None, "--discount", help="What-if TERM=PCT, e.g. package-month=30 (repeatable); default: the server's terms."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Cheapest of hourly, day/week/month packages and reserved, with break-even points."""
+    """Cheapest of hourly and the packages and reservations on sale (with DANLU_URL: this platform's
+    prices and terms; else the public catalog and --discount what-ifs), with break-even points."""
+    discounts: dict[str, str] = {}
+    for item in discount or []:
+        term, sep, pct = item.partition("=")
+        if not sep:
+            fail(f"--discount takes TERM=PCT, e.g. package-month=30, not {item!r}", "invalid_discount")
+        discounts[term.strip()] = pct.strip().rstrip("%")
+    url = os.environ.get("DANLU_URL")
     try:
-        rate = Decimal(price) if price else None
-        out = service.plan_advice(
-            gpu,
-            UsageProfile(hours_per_day, days_per_week, weeks, predictability),
-            gpus=gpus,
-            rate=rate,
-            currency=currency,
-        )
+        profile = UsageProfile(hours_per_day, days_per_week, weeks, predictability)
+        if url and price is None:
+            body = {
+                "gpu": gpu,
+                "hours_per_day": hours_per_day,
+                "days_per_week": days_per_week,
+                "weeks": weeks,
+                "predictability": predictability,
+                "gpus": gpus,
+                "discounts_pct": {k: float(v) for k, v in discounts.items()},
+            }
+            out = _remote(body, url, "/advice/plan")
+            _source(f"server {url}")
+        else:
+            rate = Decimal(price) if price else None
+            out = service.plan_advice(
+                gpu,
+                profile,
+                gpus=gpus,
+                rate=rate,
+                currency=currency,
+                discounts={k: Decimal(v) for k, v in discounts.items()},
+            )
     except DanluError as exc:
         fail(exc.message, exc.code)
-    except ArithmeticError:
-        fail(f"--price {price!r} is not a decimal such as 1.99", "invalid_amount")
+    except (ArithmeticError, ValueError):
+        fail(f"--price {price!r} and --discount percentages are decimals such as 1.99", "invalid_amount")
     if as_json:
         print_json(out)
         return
@@ -192,7 +218,7 @@ def advise_plan(
         [("plan", "plan"), ("cost", f"cost ({out['currency']})"), ("note", "")],
         title=f"{gpu} at {out['hourly_rate']} {out['currency']}/GPU-h ({out['rate_source']})",
     )
-    for line in [f"cheapest: {out['best']}", *out["break_even"]]:
+    for line in [f"cheapest: {out['best']}", *out["break_even"], f"package discounts: {out['discount_source']}"]:
         typer.echo(line)
 
 

@@ -42,9 +42,16 @@ def rent(
     env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
     env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
     team: str = typer.Option(None, "--team", help="Pay from this team's balance (default: your default team)."),
+    package: str = typer.Option(
+        None, "--package", help="Buy this package or reservation with it (see `danlu plans`); paid now, asks first."
+    ),
+    on_expiry: str = typer.Option("stop", "--on-expiry", help="With --package, at its end: stop, or on-demand."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --package: buy without asking."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Rent COUNT GPUs and run COMMAND on exactly them, in a sandbox. Billing is per second."""
+    """Rent COUNT GPUs and run COMMAND on exactly them, in a sandbox. Billing is per second; on a
+    package or reservation your account holds for the model, it is already paid."""
+    client = Client()
     body = {
         "gpu_model": gpu,
         "gpu_count": count,
@@ -55,9 +62,21 @@ def rent(
         "env": parse_env(env, env_file),
         "team": team,
     }
-    v = Client().post("/instances", json=body)
+    if package is not None:
+        from danlu.cli.hold_cmds import quote_and_confirm
+
+        q = quote_and_confirm(
+            client, {"term": package, "gpu_model": gpu, "gpu_count": count, "team": team}, yes, as_json
+        )
+        body.update(package=package, on_expiry=on_expiry, expected_price=q["price"])
+    v = client.post("/instances", json=body)
     if as_json:
         print_json(v)
+    elif v.get("hold_id"):
+        console.print(
+            f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {v['gpu_indices']}), "
+            f"on {v['hold_id']} (prepaid: `danlu holds`)"
+        )
     else:
         console.print(
             f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {v['gpu_indices']}) "
@@ -91,6 +110,8 @@ def show(instance_id: str, as_json: bool = JsonOpt) -> None:
         ("sandbox_text", "sandbox"),
     ]:
         console.print(f"{label:>12}: {r.get(key)}", markup=False, highlight=False)
+    if v.get("hold_id"):
+        console.print(f"{'on hold':>12}: {v['hold_id']} (prepaid; `danlu hold show {v['hold_id']}`)", markup=False)
     for key, label in [("stopped_storage_per_day", "storage/day"), ("workspace_release_at", "released at")]:
         if v.get(key) is not None:  # a stopped instance whose workspace is kept
             extra = f" {v['currency']}" if key == "stopped_storage_per_day" else ""

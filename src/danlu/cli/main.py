@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "danlu.cli.student_cmds",
     "danlu.cli.tariff_cmds",
     "danlu.cli.storage_cmds",
+    "danlu.cli.hold_cmds",
     # -- capability command modules above this line --
 ]
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
 from danlu.billing import posting, storage, tariffs
-from danlu.billing.accounts import billing_account, cash_account, lock_billing_account, personal_account
+from danlu.billing.accounts import billing_account, cash_account, currency, lock_billing_account, personal_account
 from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
-from danlu.billing.price_plans import current_plan, plan_for_usage
+from danlu.billing.price_plans import current_plan, held_plan, plan_for_usage
 from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.billing.student import allocation_discount_bp
@@ -37,7 +37,7 @@ from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
+from danlu.db.models import Allocation, Gpu, Hold, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
 
@@ -105,10 +105,15 @@ def plan_price(session: Session, gpu_model: str, plan: str) -> Price:
     return price
 
 
-def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int) -> Allocation:
+def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int, *, hold: Hold | None = None) -> Allocation:
     """An open allocation for ``inst`` starting now at the current price plan of ``plan``, with the
-    payer's discount, flushed so it has an id (GPUs not yet bound)."""
-    row = plan_for_usage(s, inst.gpu_model, plan)
+    payer's discount, flushed so it has an id (GPUs not yet bound). On a ``hold``'s GPUs it is
+    plan ``held`` at price 0: the hold was prepaid."""
+    if hold is not None:
+        row = held_plan(s, inst.gpu_model, currency(s), now_ms)
+        plan = row.kind
+    else:
+        row = plan_for_usage(s, inst.gpu_model, plan)
     alloc = Allocation(
         instance_id=inst.id,
         user_id=inst.user_id,
@@ -120,9 +125,10 @@ def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int) -> Alloc
         plan=plan,
         price_plan_id=row.id,
         price_per_hour_minor=row.price_per_hour_minor,
-        discount_bp=allocation_discount_bp(s, inst.billing_account_id),
-        tariffs_json=tariffs.snapshot(s, plan, now_ms),
+        discount_bp=0 if hold is not None else allocation_discount_bp(s, inst.billing_account_id),
+        tariffs_json="" if hold is not None else tariffs.snapshot(s, plan, now_ms),
         currency=row.currency,
+        hold_id=hold.id if hold is not None else None,
         started_at_ms=now_ms,
         ended_at_ms=None,
         billed_until_ms=now_ms,
@@ -135,16 +141,28 @@ def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int) -> Alloc
 
 
 def open_allocation(
-    p: Platform, session: Session, inst: Instance, now_ms: int, *, plan: str = "on-demand", host_id: int | None = None
+    p: Platform,
+    session: Session,
+    inst: Instance,
+    now_ms: int,
+    *,
+    plan: str = "on-demand",
+    host_id: int | None = None,
+    hold: Hold | None = None,
 ) -> Allocation:
     """Claim GPUs for ``inst`` at the current price of ``plan``, after checking that what the payer
-    can spend (vouchers in scope, balance and credit limit) covers ``min_prepaid_seconds`` of it."""
+    can spend (vouchers in scope, balance and credit limit) covers ``min_prepaid_seconds`` of it;
+    on ``hold``'s GPUs (or else on an idle hold of the payer's for the model, if any) at no cost."""
     # Lock order: the renter's personal account (serialises the person's claims, so quota checks
     # hold across the accounts they rent on), then the payer's if it is another (a team's).
     personal = personal_account(session, inst.user_id).id
     lock_billing_account(session, personal)
     if inst.billing_account_id != personal:
         lock_billing_account(session, inst.billing_account_id)
+    if hold is None and inst.job_id is None and plan == "on-demand":  # the payer's package or reservation first
+        hold = allocations.usable_hold(session, inst.billing_account_id, inst.gpu_model, inst.gpu_count, now_ms)
+    if hold is not None:
+        return _open_on_hold(session, inst, hold, now_ms)
     if inst.job_id is None:  # job runs are kept within quota by the scheduler
         check_quota(session, inst.user_id, inst.gpu_count)
         check_member_quota(session, inst.billing_account_id, inst.user_id, inst.gpu_count)
@@ -175,12 +193,27 @@ def open_allocation(
             f"({format_minor(needed, cur)} {cur}); top up first",
         )
     alloc = _new_allocation(session, inst, plan, now_ms)
-    claimed_host, gpus = allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id)
-    alloc.host_id = claimed_host
-    alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
-    inst.host_id = claimed_host
-    inst.current_allocation_id = alloc.id
+    _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id))
     return alloc
+
+
+def _open_on_hold(session: Session, inst: Instance, hold: Hold, now_ms: int) -> Allocation:
+    """Run ``inst`` on idle GPUs its payer's ``hold`` keeps: nothing more to pay (the hold was
+    prepaid). The buyer's own held GPUs already count against their quotas; anyone else's use of
+    a team's hold counts against theirs."""
+    if hold.user_id != inst.user_id:
+        check_quota(session, inst.user_id, inst.gpu_count)
+        check_member_quota(session, inst.billing_account_id, inst.user_id, inst.gpu_count)
+    alloc = _new_allocation(session, inst, "on-demand", now_ms, hold=hold)
+    _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, hold_id=hold.id))
+    return alloc
+
+
+def _bind(session: Session, inst: Instance, alloc: Allocation, host_id: int, gpus: list[Gpu]) -> None:
+    alloc.host_id = host_id
+    alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
+    inst.host_id = host_id
+    inst.current_allocation_id = alloc.id
 
 
 def rental_plan(inst: Instance) -> str:
@@ -328,10 +361,12 @@ def rent(
     image: str = images.HOST_IMAGE,
     env: dict[str, str] | None = None,
     team: str | None = None,
+    before_claim: Callable[[Session, Instance, int], Hold | None] | None = None,
 ) -> InstanceView:
     """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them,
     in a sandbox with ``image`` as its root and the renter's own ``env``, paid by ``team``'s
-    account (or the renter's default team, or their personal account)."""
+    account (or the renter's default team, or their personal account). ``before_claim(session,
+    instance, now)`` runs in the same transaction first: it buys the hold the rental runs on."""
     check_may_run(p, user)
     model = resolve_model(gpu_model).name
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 < gpu_count <= 1024:
@@ -363,7 +398,8 @@ def rent(
         images.resolve(s, image)  # a clear error before anything is claimed
         s.add(inst)
         s.flush()
-        alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
+        hold = before_claim(s, inst, now) if before_claim is not None else None
+        alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst), hold=hold)
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
         spec = build_spec(p, s, inst, alloc, log_key=instance_id)
         begin_launch(p, instance_id)
@@ -421,11 +457,15 @@ def terminate_runs(p: Platform, handles: Iterable[str | None]) -> None:
         p.wake_loop()
 
 
-def request_stop(p: Platform, s: Session, inst: Instance, reason: str, grace_s: int) -> str | None:
+def request_stop(
+    p: Platform, s: Session, inst: Instance, reason: str, grace_s: int, *, billing_end_ms: int | None = None
+) -> str | None:
     """running → stopping inside the caller's transaction; returns the run handle the caller
-    terminates after commit; the control loop kills it once ``kill_after_ms`` has passed."""
+    terminates after commit; the control loop kills it once ``kill_after_ms`` has passed. Billing
+    ends now, or at ``billing_end_ms`` (a hold's end, when the loop comes to it a little later)."""
     now = p.clock.now_ms()
-    transition(s, inst, Status.STOPPING, reason, now, "stop")  # billing ends; GPUs wait for the process
+    # billing ends; GPUs wait for the process
+    transition(s, inst, Status.STOPPING, reason, now, "stop", billing_end_ms=billing_end_ms)
     inst.kill_after_ms = now + grace_s * 1000
     return inst.run_handle
 
@@ -441,18 +481,43 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     transition(s, inst, Status.STOPPING, reason, now, "preempt")
     old = s.get(Allocation, old_id) if old_id is not None else None
     notice = _new_allocation(s, inst, "interruptible", now)
-    notice.host_id, notice.gpu_indices = inst.host_id, old.gpu_indices if old else ""
-    if old_id is not None:
-        s.execute(
-            update(Gpu)
-            .where(Gpu.allocation_id == old_id)
-            .values(allocation_id=notice.id)
-            .execution_options(synchronize_session=False)
-        )
-    inst.current_allocation_id = notice.id
+    _move_gpus(s, inst, old, notice)
     inst.kill_after_ms = deadline_ms
     write_preempt_deadline(p, inst.id, deadline_ms)
     return inst.run_handle
+
+
+def _move_gpus(s: Session, inst: Instance, old: Allocation | None, new: Allocation) -> None:
+    """The GPUs of ``old`` now belong to ``new`` (the same process goes on, billed otherwise)."""
+    new.host_id, new.gpu_indices = inst.host_id, old.gpu_indices if old else ""
+    if old is not None:
+        s.execute(
+            update(Gpu)
+            .where(Gpu.allocation_id == old.id)
+            .values(allocation_id=new.id)
+            .execution_options(synchronize_session=False)
+        )
+    inst.current_allocation_id = new.id
+
+
+def continue_on_demand(s: Session, inst: Instance, at_ms: int, reason: str) -> None:
+    """The hold ``inst`` runs on ended at ``at_ms``: the same process goes on, on the same GPUs,
+    billed at the on-demand price from exactly ``at_ms`` (the meter stops it if the money runs out)."""
+    old_id = inst.current_allocation_id
+    old = s.get(Allocation, old_id, populate_existing=True) if old_id is not None else None
+    if old is not None:
+        lock_billing_account(s, inst.billing_account_id)
+        if old.ended_at_ms is None:
+            old.ended_at_ms = max(old.billed_until_ms, at_ms)
+            s.flush()
+        if not old.settled:
+            meter_account(s, old.billing_account_id, [old], max(at_ms, old.billed_until_ms))
+        at_ms = max(at_ms, old.ended_at_ms or at_ms)
+    new = _new_allocation(s, inst, rental_plan(inst), at_ms)
+    _move_gpus(s, inst, old, new)
+    s.add(
+        InstanceEvent(instance_id=inst.id, from_status=inst.status, to_status=inst.status, reason=reason, at_ms=at_ms)
+    )
 
 
 def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed by user") -> None:

@@ -21,6 +21,7 @@ class GpuInfo:
     simulated: bool
     present: bool
     instance_id: str | None
+    hold_id: str | None = None  # the package or reservation keeping it for one account
 
 
 def list_gpus(p: Platform) -> list[GpuInfo]:
@@ -32,6 +33,6 @@ def list_gpus(p: Platform) -> list[GpuInfo]:
             .order_by(Gpu.host_id, Gpu.idx)
         ).all()
         return [
-            GpuInfo(host, g.idx, g.uuid, g.model, g.nvml_name, g.vram_mb, g.simulated, g.present, inst)
+            GpuInfo(host, g.idx, g.uuid, g.model, g.nvml_name, g.vram_mb, g.simulated, g.present, inst, g.hold_id)
             for g, host, inst in rows
         ]

@@ -15,6 +15,7 @@ from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan
 from danlu.billing.rating import round_half_up
 from danlu.catalog.gpu_models import gpu_models, resolve_model
+from danlu.compute import allocations
 from danlu.compute.views import ReadCache
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
@@ -123,7 +124,7 @@ def _read_offers(p: Platform) -> tuple[str, tuple[Offer, ...]]:
                 Gpu.model,
                 Gpu.host_id,
                 func.count(),
-                func.count(Gpu.allocation_id),
+                allocations.BUSY,
                 func.max(Gpu.vram_mb),
                 Gpu.simulated,
             )
@@ -163,7 +164,7 @@ def _read_offers(p: Platform) -> tuple[str, tuple[Offer, ...]]:
             o.next_cheaper_at_ms = window.next_cheaper_ms
             if window.next_multiplier is not None:
                 o.next_cheaper_price_minor = round_half_up(Fraction(window.next_multiplier) * price)
-        o.free += total - busy
+        o.free += total - int(busy or 0)
         o.total += total
         o.max_per_host = max(o.max_per_host, total)
         o.simulated = o.simulated or bool(simulated)

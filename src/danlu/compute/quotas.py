@@ -1,6 +1,7 @@
-"""Per-user GPU quotas: the most GPUs a user may hold at once, interactive rentals and job runs
-together. Checked when a rental or a restart claims GPUs; the scheduler gets what is left of each
-quota after the user's rentals (danlu.scheduling.live)."""
+"""Per-user GPU quotas: the most GPUs a user may hold at once, interactive rentals, job runs and
+the packages and reservations they bought together. Checked when a rental, a restart or a
+purchase claims GPUs; the scheduler gets what is left of each quota after the user's rentals and
+holds (danlu.scheduling.live)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from danlu.core.errors import QuotaExceeded
-from danlu.db.models import Allocation, Gpu, Instance, Team, TeamMember, User
+from danlu.db.models import Allocation, Gpu, Hold, Instance, Team, TeamMember, User
 
 
 def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, interruptible: bool | None = None) -> int:
     """GPUs bound to the user's allocations now (``jobs``: only job runs / only rentals / both;
-    ``interruptible``: only interruptible rentals / only the others / both)."""
+    ``interruptible``: only interruptible rentals / only the others / both), and, but for job runs
+    alone, the idle GPUs of the packages and reservations the user bought (a held GPU something
+    runs on counts once, through its allocation)."""
     stmt = (
         select(func.count(Gpu.id))
         .join(Allocation, Allocation.id == Gpu.allocation_id)
@@ -26,7 +29,22 @@ def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, inter
         stmt = stmt.where(Instance.job_id.is_(None))
     if interruptible is not None:
         stmt = stmt.where(Instance.interruptible.is_(interruptible))
-    return int(session.execute(stmt).scalar_one())
+    held = int(session.execute(stmt).scalar_one())
+    if jobs is not True and interruptible is not True:
+        held += _idle_held(session, user_id)
+    return held
+
+
+def _idle_held(session: Session, user_id: int, billing_account_id: int | None = None) -> int:
+    """Idle GPUs of the active holds ``user_id`` bought (on ``billing_account_id`` if given)."""
+    holds = select(Hold.id).where(Hold.user_id == user_id, Hold.state == "active")
+    if billing_account_id is not None:
+        holds = holds.where(Hold.billing_account_id == billing_account_id)
+    return int(
+        session.execute(
+            select(func.count(Gpu.id)).where(Gpu.allocation_id.is_(None), Gpu.hold_id.in_(holds))
+        ).scalar_one()
+    )
 
 
 def check_quota(session: Session, user_id: int, more_gpus: int) -> None:
@@ -61,7 +79,7 @@ def check_member_quota(session: Session, billing_account_id: int, user_id: int, 
             .join(Allocation, Allocation.id == Gpu.allocation_id)
             .where(Allocation.user_id == user_id, Allocation.billing_account_id == billing_account_id)
         ).scalar_one()
-    )
+    ) + _idle_held(session, user_id, billing_account_id)
     if held + more_gpus > quota:
         raise QuotaExceeded(
             "member_gpu_quota_exceeded",

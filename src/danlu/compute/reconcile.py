@@ -31,6 +31,7 @@ from sqlalchemy import select, update
 
 from danlu.billing import storage, vouchers
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
+from danlu.compute import holds
 from danlu.compute.backends.base import RunState
 from danlu.compute.instances import end_storage, is_launching, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status
@@ -38,7 +39,7 @@ from danlu.compute.runs import write_preempt_deadline
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict
-from danlu.db.models import Event, Instance
+from danlu.db.models import Allocation, Event, Instance
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class MeterReport:
     capped_instances: list[str] = field(default_factory=list)
     storage_warned: int = 0
     storage_released: int = 0
+    holds_expired: int = 0
 
 
 def meter_all(p: Platform) -> MeterReport:
@@ -164,8 +166,11 @@ def meter_all(p: Platform) -> MeterReport:
     deadlock otherwise).
     """
     report = MeterReport()
-    report.vouchers_expired = vouchers.expire_due(p)
     now = p.clock.now_ms()
+    # Holds first, by the same clock reading the meter bills to: an instance on one that ended runs
+    # on at the on-demand price from exactly its end (never billed at 0 past it).
+    report.holds_expired = holds.expire_due(p, now)
+    report.vouchers_expired = vouchers.expire_due(p)
     with p.db.read() as s:
         by_account = open_allocations_by_account(s)
     report.accounts = len(by_account)
@@ -196,7 +201,7 @@ def _next_exhaustion(p: Platform, now: int) -> int | None:
     loop meters that payer then, not at the next interval (the next voucher expiry counts too)."""
     with p.db.read() as s:
         remaining = open_allocations_by_account(s)
-        times = [vouchers.next_expiry_ms(s)]
+        times = [vouchers.next_expiry_ms(s), holds.next_end_ms(s)]
         if remaining:
             budgets = vouchers.spendable_minor(s, list(remaining), now)
             times += [exhaustion_ms(a, budgets.get(b, 0), now) for b, a in remaining.items()]
@@ -286,9 +291,15 @@ def stop_capped(p: Platform, instance_ids: list[str]) -> None:
 def stop_all_for_exhausted(p: Platform, billing_account_id: int) -> None:
     handles: list[str | None] = []
     with p.db.write() as s:
+        # Instances on a prepaid package or reservation go on: their GPU time was paid for.
+        on_hold = select(Allocation.id).where(Allocation.hold_id.is_not(None))
         insts = s.scalars(
             select(Instance)
-            .where(Instance.billing_account_id == billing_account_id, Instance.status.in_([Status.RUNNING.value]))
+            .where(
+                Instance.billing_account_id == billing_account_id,
+                Instance.status.in_([Status.RUNNING.value]),
+                (Instance.current_allocation_id.is_(None)) | (Instance.current_allocation_id.not_in(on_hold)),
+            )
             .order_by(Instance.id)
             .with_for_update()
         ).all()

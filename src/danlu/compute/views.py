@@ -182,6 +182,7 @@ class InstanceView:
     stopped_storage_per_day_minor: int | None = None
     workspace_release_at_ms: int | None = None
     workspace_released_at_ms: int | None = None
+    hold_id: str | None = None  # the package or reservation its current run is on (prepaid: 0 per second)
 
 
 def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
@@ -299,6 +300,7 @@ def _view(listed: _Listed, ctx: _Context) -> InstanceView:
         image=inst.image,
         sandbox=dict(listed.sandbox) if listed.sandbox is not None else None,
         storage_cost_minor=stored,
+        hold_id=getattr(current, "hold_id", None) if current else None,
     )
 
 
@@ -394,6 +396,7 @@ _ALLOCATION_COLUMNS = (
     Allocation.billed_until_ms,
     Allocation.billed_minor,
     Allocation.settled,
+    Allocation.hold_id,
 )
 
 

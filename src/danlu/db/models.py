@@ -168,6 +168,9 @@ class Gpu(Base):
     present: Mapped[bool] = mapped_column(Boolean, default=True)
     # The allocation holding this GPU, or NULL when free. Claimed by a conditional UPDATE.
     allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+    # The package or reserved commitment keeping this GPU for one billing account (danlu.compute.holds),
+    # or NULL. A held GPU is free only to that account's rentals, running or stopped.
+    hold_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class Price(Base):
@@ -267,6 +270,8 @@ class Allocation(Base):
     # what the meter rates it by for its whole life (danlu.billing.tariffs). Empty = none.
     tariffs_json: Mapped[str] = mapped_column(Text, default="", server_default="")
     currency: Mapped[str] = mapped_column(String(3))
+    # The hold whose prepaid GPUs this allocation runs on (plan "held", price 0); NULL otherwise.
+    hold_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     started_at_ms: Mapped[int] = mapped_column(BigInteger)
     ended_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     billed_until_ms: Mapped[int] = mapped_column(BigInteger)
@@ -503,3 +508,85 @@ class TariffRule(Base):
     plans: Mapped[str] = mapped_column(String(64), default="")  # comma-separated; empty = all
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     retired_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class PlanTerm(Base):
+    """The operator's terms for one package or reserved commitment length (``package-day`` …
+    ``reserved-12m``): the discount off the on-demand price and the fee kept on an early
+    cancellation of a package. Versioned like price plans: a change supersedes the row, and a hold
+    keeps the row it was bought under."""
+
+    __tablename__ = "plan_terms"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    term: Mapped[str] = mapped_column(String(16))
+    discount_bp: Mapped[int] = mapped_column(Integer)
+    cancel_fee_bp: Mapped[int] = mapped_column(Integer)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    superseded_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class Hold(Base):
+    """A package or reserved commitment: ``gpu_count`` GPUs of one model on one host kept for one
+    billing account from ``starts_at_ms`` to ``ends_at_ms`` (``gpus.hold_id``), prepaid at the
+    on-demand price of ``price_plan_id`` less ``discount_bp``. state: active | expired | cancelled."""
+
+    __tablename__ = "holds"
+    __table_args__ = (Index("ix_holds_state_ends", "state", "ends_at_ms"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))  # who bought it
+    term: Mapped[str] = mapped_column(String(16))
+    plan_term_id: Mapped[int] = mapped_column(ForeignKey("plan_terms.id"))
+    gpu_model: Mapped[str] = mapped_column(String(32))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    price_plan_id: Mapped[int] = mapped_column(ForeignKey("price_plans.id"))  # the on-demand row priced from
+    price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)  # its on-demand price per GPU-hour
+    discount_bp: Mapped[int] = mapped_column(Integer)
+    cancel_fee_bp: Mapped[int] = mapped_column(Integer)
+    paid_minor: Mapped[int] = mapped_column(BigInteger)
+    on_expiry: Mapped[str] = mapped_column(String(16))  # stop | on-demand
+    state: Mapped[str] = mapped_column(String(16))
+    instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # rented with it, if any
+    starts_at_ms: Mapped[int] = mapped_column(BigInteger)
+    ends_at_ms: Mapped[int] = mapped_column(BigInteger)
+    ended_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # expired or cancelled at
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class Charge(Base):
+    """A one-off amount on an account's invoice beside metered usage: a hold's purchase, or the
+    refund of an early cancellation (negative). (hold, kind) is unique: a hold is paid for once
+    and refunded at most once, however many requests race."""
+
+    __tablename__ = "charges"
+    __table_args__ = (UniqueConstraint("hold_id", "kind", name="uq_charges_hold_kind"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    hold_id: Mapped[str] = mapped_column(ForeignKey("holds.id"))
+    kind: Mapped[str] = mapped_column(String(16))  # purchase | refund
+    plan: Mapped[str] = mapped_column(String(16))
+    description: Mapped[str] = mapped_column(Text)
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[int] = mapped_column(BigInteger)  # the term's seconds bought, or (negative) given back
+    price_per_hour_minor: Mapped[int] = mapped_column(BigInteger)
+    gross_minor: Mapped[int] = mapped_column(BigInteger)
+    discount_minor: Mapped[int] = mapped_column(BigInteger)
+    amount_minor: Mapped[int] = mapped_column(BigInteger)  # what cash paid (negative: given back)
+    transaction_id: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.id"))
+    invoice_id: Mapped[int | None] = mapped_column(ForeignKey("invoices.id"), nullable=True, index=True)
+
+
+class HoldQuote(Base):
+    """What cancelling a hold early gives back, as shown to the renter; the cancel call must name
+    an unexpired quote of the same hold (it then cancels at its own moment, never for more)."""
+
+    __tablename__ = "hold_quotes"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    hold_id: Mapped[str] = mapped_column(ForeignKey("holds.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    refund_minor: Mapped[int] = mapped_column(BigInteger)
+    kept_minor: Mapped[int] = mapped_column(BigInteger)  # the fee (package) or claw-back (reserved)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)

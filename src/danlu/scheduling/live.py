@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.billing.tariffs import current_tariffs
+from danlu.compute import allocations
 from danlu.compute.instances import begin_launch, begin_notice, launch, open_allocation, terminate_runs
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
@@ -55,14 +56,14 @@ class RoundReport:
 def _hosts(p: Platform) -> tuple[tuple[Host, ...], dict[str, tuple[int, str]]]:
     with p.db.read() as s:
         rows = s.execute(
-            select(Gpu.host_id, Gpu.model, func.count(), func.count(Gpu.allocation_id))
+            select(Gpu.host_id, Gpu.model, func.count(), allocations.BUSY)
             .where(Gpu.present.is_(True))
             .group_by(Gpu.host_id, Gpu.model)
         ).all()
     hosts, ids = [], {}
     for host_id, model, total, busy in rows:
         key = f"{host_id}/{model}"
-        hosts.append(Host(key, model, int(total), int(total) - int(busy)))
+        hosts.append(Host(key, model, int(total), int(total) - int(busy or 0)))
         ids[key] = (int(host_id), str(model))
     return tuple(hosts), ids
 

@@ -24,6 +24,7 @@ from danlu.api.schemas import (
     GPU_MODEL_TEXT,
     MAX_GPUS,
     POSITIVE_AMOUNT,
+    TERM_CHOICES,
     Strict,
     WholeNumber,
     choice_pattern,
@@ -206,14 +207,20 @@ class PlanRequest(Strict):
     weeks: float = Field(4, ge=1e-3, le=520, allow_inf_nan=False)
     predictability: float = Field(1.0, ge=1e-3, le=1, allow_inf_nan=False)
     gpus: Count = 1
-    discounts_pct: dict[Annotated[str, Field(max_length=64)], Percent] = Field(default_factory=dict, max_length=16)
+    discounts_pct: dict[Annotated[str, Field(pattern=f"^({TERM_CHOICES})$")], Percent] = Field(
+        default_factory=dict, max_length=16, description="What-if discounts by term; default: the terms on sale here"
+    )
 
 
 @router.post("/advice/plan", responses=errors(400))
-def post_plan(body: PlanRequest, offers: OffersDep) -> dict[str, Any]:
+def post_plan(body: PlanRequest, offers: OffersDep, plans: PlansDep) -> dict[str, Any]:
+    """Hourly against this platform's packages and reservations on sale (or ``discounts_pct``, a
+    what-if: term → percent off), for a usage profile."""
     profile = UsageProfile(body.hours_per_day, body.days_per_week, body.weeks, body.predictability)
     discounts = {name: _dec(pct) for name, pct in body.discounts_pct.items()}
-    return service.plan_advice(body.gpu, profile, gpus=body.gpus, platform_offers=offers, discounts=discounts)
+    return service.plan_advice(
+        body.gpu, profile, gpus=body.gpus, platform_offers=offers, platform_terms=plans.terms, discounts=discounts
+    )
 
 
 class BuyRequest(Strict):

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter
 
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.schemas import EventOut, InstanceIdPath, InstanceOut, LogChunk, LogOffset, RentRequest, errors
+from danlu.compute import holds, views
 from danlu.compute import instances as svc
-from danlu.compute import views
 from danlu.core.clock import iso
 
 router = APIRouter(prefix="/instances", tags=["instances"], responses=errors(401))
@@ -22,18 +24,25 @@ def _wake(request: Request) -> None:
 
 @router.post("", response_model=InstanceOut, status_code=201, responses=errors(400, *RUN_STATUSES))
 def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
-    view = svc.rent(
-        p,
-        user,
-        body.gpu_model,
-        body.gpu_count,
-        list(body.command),
-        body.name,
-        body.interruptible,
-        body.image,
-        body.env,
-        team=body.team,
-    )
+    """Rent GPUs now. With ``package``: buy that package or reserved commitment of exactly these
+    GPUs (paid at once) and run on it; a rental without one still runs on an idle package or
+    reservation its account already holds for the model."""
+    args: dict[str, Any] = {"name": body.name, "interruptible": body.interruptible}
+    args.update(image=body.image, env=body.env, team=body.team)
+    if body.package is not None:
+        view = holds.rent_on_new_hold(
+            p,
+            user,
+            body.package,
+            body.on_expiry,
+            body.gpu_model,
+            body.gpu_count,
+            list(body.command),
+            body.expected_price,
+            **args,
+        )
+    else:
+        view = svc.rent(p, user, body.gpu_model, body.gpu_count, list(body.command), **args)
     _wake(request)
     return InstanceOut.of(view)
 
