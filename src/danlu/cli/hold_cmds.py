@@ -22,7 +22,7 @@ HOLD_COLUMNS = [
     ("term", "term"),
     ("gpus", "GPUs"),
     ("state", "state"),
-    ("ends_at", "ends"),
+    ("ends", "ends (UTC)"),
     ("paid_text", "paid"),
     ("on_expiry", "at the end"),
     ("in_use", "running on it"),
@@ -37,6 +37,7 @@ def _hold_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "paid_text": f"{r['paid']} {r['currency']}"
             + (f" (refunded {r['refunded']})" if Decimal(r["refunded"]) else ""),
             "in_use": ", ".join(r["in_use_by"]),
+            "ends": (r["ends_at"] or "")[:16].replace("T", " "),
         }
         for r in rows
     ]

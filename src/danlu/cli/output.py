@@ -22,10 +22,15 @@ def print_json(data: Any) -> None:
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:
-    """``columns`` is a list of (key, header). Missing keys print as empty cells."""
+    """``columns`` is a list of (key, header). Missing keys print as empty cells; long cells wrap;
+    ids (``id``, ``*_id``) are never cut or wrapped."""
     table = Table(title=title)
-    for _, header in columns:
-        table.add_column(header)
+    for key, header in columns:
+        if key == "id" or key.endswith("_id"):  # an id stays whole, on one line, to be copied
+            width = max((len(str(r.get(key) or "")) for r in rows), default=0)
+            table.add_column(header, no_wrap=True, min_width=max(width, len(header)))
+        else:
+            table.add_column(header, overflow="fold")  # other cells wrap rather than being cut
     for row in rows:
         table.add_row(*("" if row.get(k) is None else str(row.get(k)) for k, _ in columns))
     console.print(table)
