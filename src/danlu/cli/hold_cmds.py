@@ -25,7 +25,7 @@ HOLD_COLUMNS = [
     ("ends", "ends (UTC)"),
     ("paid_text", "paid"),
     ("on_expiry", "at the end"),
-    ("in_use", "running on it"),
+    ("instance_ids", "running on it"),
 ]
 
 
@@ -36,7 +36,7 @@ def _hold_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "gpus": f"{r['gpu_count']}x {r['gpu_model']}",
             "paid_text": f"{r['paid']} {r['currency']}"
             + (f" (refunded {r['refunded']})" if Decimal(r["refunded"]) else ""),
-            "in_use": ", ".join(r["in_use_by"]),
+            "instance_ids": ", ".join(r["in_use_by"]),
             "ends": (r["ends_at"] or "")[:16].replace("T", " "),
         }
         for r in rows

@@ -23,10 +23,10 @@ def print_json(data: Any) -> None:
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:
     """``columns`` is a list of (key, header). Missing keys print as empty cells; long cells wrap;
-    ids (``id``, ``*_id``) are never cut or wrapped."""
+    ids (``id``, ``*_id``, ``*_ids``) are never cut or wrapped."""
     table = Table(title=title)
     for key, header in columns:
-        if key == "id" or key.endswith("_id"):  # an id stays whole, on one line, to be copied
+        if key == "id" or key.endswith(("_id", "_ids")):  # an id stays whole, on one line, to be copied
             width = max((len(str(r.get(key) or "")) for r in rows), default=0)
             table.add_column(header, no_wrap=True, min_width=max(width, len(header)))
         else:
