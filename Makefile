@@ -49,6 +49,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/sandbox_many.py
 	$(BIN)/python benchmarks/stop_release.py
 	$(BIN)/python benchmarks/api_throughput.py
+	$(BIN)/python benchmarks/telemetry.py
 
 # The kill -9 drill at length (CI runs 20 kills per database in the test suite).
 KILLS ?= 100

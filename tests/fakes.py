@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from danlu.compute.backends.base import RUNNING, RunSpec, RunState
+from danlu.compute.backends.base import RUNNING, RunSpec, RunState, RunUsage
 
 
 class RecordingBackend:
@@ -21,6 +21,7 @@ class RecordingBackend:
         self.discarded: list[str] = []
         self.launching_now: set[str] = set()
         self.logs: dict[str, str] = {}
+        self.cpu: dict[str, float] = {}  # run id -> CPU seconds so far (a test advances it)
 
     def launch(self, spec: RunSpec) -> str:
         self.launched.append(spec)
@@ -60,6 +61,13 @@ class RecordingBackend:
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
         data = self.logs.get(log_key, "").encode()[offset : offset + limit]
         return data.decode(), offset + len(data)
+
+    def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
+        return {
+            h: RunUsage(self.cpu.get(h.partition(":")[2], 0.0), 64 << 20)
+            for h in handles
+            if self.states.get(h, RunState("lost")).kind == "running"
+        }
 
     # -- test helpers ------------------------------------------------------------------------
     def last(self) -> str:

@@ -12,6 +12,7 @@ from danlu.compute.backends.base import Backend
 from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.clock import Clock
 from danlu.db.engine import Database
+from danlu.telemetry.retention import Retention
 
 
 @dataclass
@@ -33,6 +34,13 @@ class Settings:
     sandbox_dir: Path | None = None
     timezone: str = "UTC"  # the deployment's zone: invoice periods are its calendar months
     invoice_grace_s: int = 3 * 86400  # a month's invoice is finalised this long after the month ends
+    sample_interval_s: float = 5.0  # telemetry: how often running instances are sampled
+    retention: Retention = field(default_factory=Retention)  # raw / 1-minute / 1-hour samples kept
+    # Idle auto-stop (danlu.telemetry.idle): applied to rentals and jobs that do not set their own,
+    # and the longest window a renter may ask for; None = no default / no maximum.
+    idle_stop_default_s: int | None = None
+    idle_stop_max_s: int | None = None
+    idle_threshold_default_pm: int = 50  # 5 %
 
     def __post_init__(self) -> None:
         if self.meter_interval_s >= self.min_prepaid_seconds:

@@ -22,7 +22,7 @@ from danlu.core.clock import SystemClock
 from danlu.db.models import Instance, Job
 from tests.conftest import LiveServer, make_platform, wait_for
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
 SEED = int(os.environ.get("FUZZ_SEED", "20261203"))
 CHECKS = (
     "not_a_server_error",

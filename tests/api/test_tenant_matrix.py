@@ -365,12 +365,13 @@ def diff(before: dict[str, Any], after: dict[str, Any], where: str = "") -> list
 
 
 def call(client: httpx.Client, route: RouteInfo, values: dict[str, str]) -> httpx.Response:
-    path = route.path.removeprefix("/api/v1")
+    path = route.path
     for name in route.path_params:
         path = re.sub(r"\{" + name + r"(:\w+)?\}", values[name], path)
     params = {q: "1" for q in route.query_required}
     body = minimal_body(route.body_model) if route.body_model is not None else None
-    return client.request(route.method, path, json=body, params=params)
+    url = client.base_url.copy_with(path=path)  # /api/v1/… and the root's /metrics alike
+    return client.request(route.method, url, json=body, params=params)
 
 
 def _error(r: httpx.Response) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -38,6 +39,13 @@ class Cli:
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    with run_server(db_url, tmp_path) as up:
+        yield up
+
+
+@contextmanager
+def run_server(db_url: str, tmp_path: Path, *extra: str) -> Iterator[tuple[str, Path]]:
+    """`danlu server` as a real process on simulated GPUs, with a fast loop and ``extra`` flags."""
     port = free_port()
     data = tmp_path / "data"
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed after the server stops
@@ -63,6 +71,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
             "1",
             "--sandbox-uids",
             f"{worker_uid_first()}-{worker_uid_first() + WORKER_UIDS - 1}",
+            *extra,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -76,11 +85,13 @@ def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
             assert proc.poll() is None, (tmp_path / "server.log").read_text()
             return False
 
-    wait_for(up, timeout=60)
-    yield url, data
-    proc.terminate()
-    proc.wait(timeout=20)
-    log.close()
+    try:
+        wait_for(up, timeout=60)
+        yield url, data
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
 
 
 def test_acceptance_contract(server: tuple[str, Path]) -> None:

@@ -27,6 +27,7 @@ from danlu.api.routers import storage as storage_router
 from danlu.api.routers import student as student_router
 from danlu.api.routers import tariffs as tariffs_router
 from danlu.api.routers import teams as teams_router
+from danlu.api.routers import telemetry as telemetry_router
 from danlu.api.routers import vouchers as vouchers_router
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
 from danlu.billing import terms
@@ -62,6 +63,8 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     for admin_only in (student_router, tariffs_router, storage_router):
         app.include_router(admin_only.admin_router, prefix=API_PREFIX)
     app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
+    app.include_router(telemetry_router.router, prefix=API_PREFIX)  # issue 10: metrics, top, events
+    app.include_router(telemetry_router.metrics_router)  # Prometheus scrapes /metrics
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 

@@ -320,8 +320,35 @@ OnExpiry = Annotated[
     limited("invalid_on_expiry", "on_expiry is stop or on-demand", pattern=f"^({'|'.join(ON_EXPIRY)})$"),
 ]
 
+RUN_DURATION = r"^([1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d)$"
+IDLE_STOP = r"^(off|0|[1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d)$"
+IDLE_THRESHOLD = r"^(100(\.0)?|[1-9][0-9]?(\.[0-9])?|0\.[1-9])$"
+IdleStop = Annotated[
+    str,
+    Field(pattern=IDLE_STOP, description="Stop after this long with every GPU idle: 90s, 30m, 6h, 2d; off"),
+    limited("invalid_idle_stop", "idle_stop is a duration such as 30m (or off), not {value}", pattern=IDLE_STOP),
+]
+IdleThreshold = Annotated[
+    str,
+    Field(pattern=IDLE_THRESHOLD, description="Idle means every GPU under this percentage (default 5)"),
+    limited("invalid_idle_threshold", "idle_threshold is a percentage above 0, at most 100", pattern=IDLE_THRESHOLD),
+]
+RunDuration = Annotated[
+    str,
+    Field(pattern=RUN_DURATION, description="Stop a run older than this: 90s, 30m, 6h, 2d"),
+    limited("invalid_max_duration", "max_duration is a duration such as 6h, not {value}", pattern=RUN_DURATION),
+]
 
-class RentRequest(Strict):
+
+class RunLimitsIn(Strict):
+    """A run's own limits (docs/telemetry.md); the operator's default and maximum apply."""
+
+    idle_stop: IdleStop | None = None
+    idle_threshold: IdleThreshold | None = None
+    max_duration: RunDuration | None = None
+
+
+class RentRequest(RunLimitsIn):
     gpu_model: GpuModel
     gpu_count: GpuCount = 1
     command: Command
@@ -416,6 +443,10 @@ class InstanceOut(BaseModel):
     workspace_release_at: str | None = Field(None, description="when a stopped instance's workspace is released")
     workspace_released_at: str | None = None
     hold_id: str | None = Field(None, description="the package or reservation it runs on (prepaid), if any")
+    idle_stop_s: int | None = Field(None, description="stopped after this many seconds with every GPU idle")
+    idle_threshold: str = Field("5.0", description="idle means every GPU under this percentage")
+    max_duration_s: int | None = Field(None, description="a run is stopped after this many seconds")
+    stop_reason: str = Field("", description="why it last stopped (for an idle stop: what was measured)")
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:
@@ -446,6 +477,10 @@ class InstanceOut(BaseModel):
             workspace_release_at=iso(v.workspace_release_at_ms),
             workspace_released_at=iso(v.workspace_released_at_ms),
             hold_id=v.hold_id,
+            idle_stop_s=v.idle_stop_s,
+            idle_threshold=f"{v.idle_threshold_pm // 10}.{v.idle_threshold_pm % 10}",
+            max_duration_s=v.max_duration_s,
+            stop_reason=v.stop_reason,
         )
 
 

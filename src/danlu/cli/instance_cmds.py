@@ -8,6 +8,7 @@ import typer
 
 from danlu.cli.client import Client, follow_log
 from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
+from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, feed, limits_body, limits_text
 
 COLUMNS = [
     ("id", "ID"),
@@ -47,6 +48,9 @@ def rent(
     ),
     on_expiry: str = typer.Option("stop", "--on-expiry", help="With --package, at its end: stop, or on-demand."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --package: buy without asking."),
+    idle_stop: str = IdleStopOpt,
+    idle_threshold: str = IdleThresholdOpt,
+    max_duration: str = MaxDurationOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Rent COUNT GPUs and run COMMAND on exactly them, in a sandbox. Billing is per second; on a
@@ -61,6 +65,7 @@ def rent(
         "image": image,
         "env": parse_env(env, env_file),
         "team": team,
+        **limits_body(idle_stop, idle_threshold, max_duration),
     }
     if package is not None:
         from danlu.cli.hold_cmds import quote_and_confirm
@@ -82,6 +87,8 @@ def rent(
             f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {v['gpu_indices']}) "
             f"at {v['price_per_hour']} {v['currency']}/GPU-h"
         )
+    if not as_json and (v.get("idle_stop_s") or v.get("max_duration_s")):
+        console.print(f"limits: {limits_text(v)} (`--idle-stop off` to keep it running idle)")
 
 
 def ps(all_: bool = typer.Option(False, "--all", help="Include destroyed instances."), as_json: bool = JsonOpt) -> None:
@@ -93,14 +100,23 @@ def ps(all_: bool = typer.Option(False, "--all", help="Include destroyed instanc
         print_table([_row(v) for v in rows], COLUMNS)
 
 
-def show(instance_id: str, as_json: bool = JsonOpt) -> None:
-    """One instance with live cost and its exit code."""
-    v = Client().get(f"/instances/{instance_id}")
+def show(
+    instance_id: str,
+    chart: str = typer.Option(None, "--chart", help="Also write its usage chart (SVG) to this file."),
+    since: str = typer.Option("1h", "--since", help="With --chart: how far back, e.g. 15m, 6h, 7d."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """One instance with live cost, its exit code, its idle and duration limits, and why it stopped."""
+    client = Client()
+    v = client.get(f"/instances/{instance_id}")
+    if chart:
+        write_chart(client, instance_id, since, chart)
     if as_json:
         print_json(v)
         return
     r = _row(v)
     r["sandbox_text"] = sandbox_text(v.get("sandbox"))
+    r["limits_text"] = limits_text(v)
     for key, label in [
         *COLUMNS,
         ("status_reason", "reason"),
@@ -108,6 +124,7 @@ def show(instance_id: str, as_json: bool = JsonOpt) -> None:
         ("gpu_indices", "GPU indices"),
         ("image", "image"),
         ("sandbox_text", "sandbox"),
+        ("limits_text", "limits"),
     ]:
         console.print(f"{label:>12}: {r.get(key)}", markup=False, highlight=False)
     if v.get("hold_id"):
@@ -116,6 +133,18 @@ def show(instance_id: str, as_json: bool = JsonOpt) -> None:
         if v.get(key) is not None:  # a stopped instance whose workspace is kept
             extra = f" {v['currency']}" if key == "stopped_storage_per_day" else ""
             console.print(f"{label:>12}: {v[key]}{extra}", markup=False, highlight=False)
+    if v.get("stop_reason") and not str(v.get("status_reason", "")).startswith(v["stop_reason"]):
+        console.print(f"{'stopped':>12}: {v['stop_reason']}", markup=False, highlight=False)
+    if chart:
+        console.print(f"{'chart':>12}: {chart}", markup=False, highlight=False)
+
+
+def write_chart(client: Client, instance_id: str, since: str, path: str) -> None:
+    from danlu.telemetry.chart import render_svg
+
+    metrics = client.get(f"/instances/{instance_id}/metrics", params={"since": since})
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_svg(metrics))
 
 
 def sandbox_text(sb: dict[str, Any] | None) -> str:
@@ -184,8 +213,18 @@ def logs(instance_id: str, follow: bool = typer.Option(False, "-f", "--follow"))
     follow_log(client, path, follow, lambda: client.get(path)["status"] in ("pending", "running", "stopping"))
 
 
-def events(instance_id: str, as_json: bool = JsonOpt) -> None:
-    """Every state change of an instance and why it happened."""
+def events(
+    instance_id: str = typer.Argument(None, help="An instance: its state changes (none: your event feed)."),
+    after: int = typer.Option(0, "--after", help="Feed: only events newer than this id."),
+    limit: int = typer.Option(50, "--limit", help="Feed: at most this many, newest first."),
+    kind: str = typer.Option(None, "--kind", help="Feed: only this kind, e.g. idle_stop."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Your event feed (idle stops, budget thresholds, holds ending, storage warnings), or with an
+    instance id every state change of that instance and why it happened."""
+    if instance_id is None:
+        feed(after=after, limit=limit, kind=kind, as_json=as_json)
+        return
     rows = Client().get(f"/instances/{instance_id}/events")
     if as_json:
         print_json(rows)

@@ -8,6 +8,7 @@ import typer
 
 from danlu.cli.client import Client, follow_log
 from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
+from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, limits_body
 
 job_app = typer.Typer(help="Inspect and cancel batch jobs.", no_args_is_help=True)
 COLUMNS = [
@@ -40,6 +41,9 @@ def run(
     env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
     env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
     team: str = typer.Option(None, "--team", help="Pay from this team's balance (default: your default team)."),
+    idle_stop: str = IdleStopOpt,
+    idle_threshold: str = IdleThresholdOpt,
+    max_duration: str = MaxDurationOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Queue a training job; the scheduler runs it on the cheapest GPUs that meet its needs."""
@@ -55,6 +59,7 @@ def run(
         "image": image,
         "env": parse_env(env, env_file),
         "team": team,
+        **limits_body(idle_stop, idle_threshold, max_duration),
     }
     v = Client().post("/jobs", json=body)
     if as_json:

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "danlu.cli.tariff_cmds",
     "danlu.cli.storage_cmds",
     "danlu.cli.hold_cmds",
+    "danlu.cli.telemetry_cmds",
     # -- capability command modules above this line --
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -70,6 +71,14 @@ def server(
     mem_per_gpu: str = typer.Option(None, "--mem-per-gpu", help="Memory a rental gets per GPU, e.g. 16G."),
     disk_per_gpu: str = typer.Option(None, "--disk-per-gpu", help="Workspace disk per GPU, e.g. 100G."),
     pids_per_gpu: int = typer.Option(None, "--pids-per-gpu", help="Processes a rental may run per GPU."),
+    sample_interval: float = typer.Option(5.0, "--sample-interval", help="Seconds between telemetry samples."),
+    idle_stop_default: str = typer.Option(
+        "30m", "--idle-stop-default", help="Stop rentals idle this long unless they ask otherwise; off: never."
+    ),
+    idle_stop_max: str = typer.Option(
+        None, "--idle-stop-max", help="The longest idle window a renter may ask for (it cannot be turned off)."
+    ),
+    idle_threshold_default: str = typer.Option("5", "--idle-threshold", help="Idle: every GPU under this %."),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
     # Heavy imports (SQLAlchemy, Alembic, uvicorn) only when the server really starts, so that
@@ -108,6 +117,7 @@ def server(
                     "(every listing marks them simulated)"
                 )
         get_policy(policy)  # fail fast on a typo
+        idle = server_idle_limits(sample_interval, idle_stop_default, idle_stop_max, idle_threshold_default)
         dir_lock = DataDirLock(data_dir)  # before anything touches the folder: one server per data folder
         dir_lock.acquire()
         uid_first, uid_count = parse_uid_range(sandbox_uids)
@@ -149,6 +159,7 @@ def server(
         sandbox_uid_count=uid_count,
         sandbox_dir=sandbox_dir,
         timezone=timezone,  # the same zone bootstrap locked into the database
+        **idle,
     )
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
@@ -204,3 +215,26 @@ def host_flags(cpus: float | None, mem: str | None, disk: str | None, pids: int 
 
 def register(app: typer.Typer) -> None:
     app.command("server")(server)
+
+
+def server_idle_limits(
+    sample_interval: float, idle_stop_default: str | None, idle_stop_max: str | None, threshold: str
+) -> dict[str, Any]:
+    """The operator's telemetry and idle auto-stop settings (docs/telemetry.md), checked up front."""
+    from danlu.core.errors import InvalidInput
+    from danlu.telemetry.limits import parse_seconds, parse_threshold
+
+    if not 0.5 <= sample_interval <= 3600:
+        raise InvalidInput("invalid_sample_interval", "--sample-interval is 0.5 to 3600 seconds")
+    default_s = None
+    if idle_stop_default and idle_stop_default.strip().lower() not in ("off", "0"):
+        default_s = parse_seconds(idle_stop_default, "invalid_idle_stop", "--idle-stop-default")
+    max_s = parse_seconds(idle_stop_max, "invalid_idle_stop", "--idle-stop-max") if idle_stop_max else None
+    if default_s is not None and max_s is not None and default_s > max_s:
+        raise InvalidInput("invalid_idle_stop", "--idle-stop-default is longer than --idle-stop-max")
+    return {
+        "sample_interval_s": sample_interval,
+        "idle_stop_default_s": default_s if default_s is not None else max_s,
+        "idle_stop_max_s": max_s,
+        "idle_threshold_default_pm": parse_threshold(threshold),
+    }

@@ -38,6 +38,7 @@ from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Gpu, Hold, Instance, InstanceEvent, Price, User
+from danlu.telemetry.limits import RunLimits
 
 MAX_COMMAND_ARGS = 256
 
@@ -362,6 +363,7 @@ def rent(
     env: dict[str, str] | None = None,
     team: str | None = None,
     before_claim: Callable[[Session, Instance, int], Hold | None] | None = None,
+    limits: RunLimits | None = None,
 ) -> InstanceView:
     """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them,
     in a sandbox with ``image`` as its root and the renter's own ``env``, paid by ``team``'s
@@ -375,6 +377,7 @@ def rent(
     env = validate_env(env)
     if len(name) > 64 or "\x00" in name:
         raise InvalidInput("invalid_name", "instance names are at most 64 characters, without NUL bytes")
+    limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     instance_id = "i-" + secrets.token_hex(5)
     with p.db.write() as s:
         now = p.clock.now_ms()
@@ -394,6 +397,9 @@ def rent(
             env_json=json.dumps(env),
             created_at_ms=now,
             updated_at_ms=now,
+            idle_stop_s=limits.idle_stop_s,
+            idle_threshold_pm=limits.idle_threshold_pm,
+            max_duration_s=limits.max_duration_s,
         )
         images.resolve(s, image)  # a clear error before anything is claimed
         s.add(inst)
@@ -466,6 +472,7 @@ def request_stop(
     now = p.clock.now_ms()
     # billing ends; GPUs wait for the process
     transition(s, inst, Status.STOPPING, reason, now, "stop", billing_end_ms=billing_end_ms)
+    inst.stop_reason = reason
     inst.kill_after_ms = now + grace_s * 1000
     return inst.run_handle
 

@@ -183,6 +183,11 @@ class InstanceView:
     workspace_release_at_ms: int | None = None
     workspace_released_at_ms: int | None = None
     hold_id: str | None = None  # the package or reservation its current run is on (prepaid: 0 per second)
+    # Its own limits (docs/telemetry.md) and why it last stopped (the measurement, for a policy stop).
+    idle_stop_s: int | None = None
+    idle_threshold_pm: int = 50
+    max_duration_s: int | None = None
+    stop_reason: str = ""
 
 
 def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
@@ -301,6 +306,10 @@ def _view(listed: _Listed, ctx: _Context) -> InstanceView:
         sandbox=dict(listed.sandbox) if listed.sandbox is not None else None,
         storage_cost_minor=stored,
         hold_id=getattr(current, "hold_id", None) if current else None,
+        idle_stop_s=inst.idle_stop_s,
+        idle_threshold_pm=inst.idle_threshold_pm,
+        max_duration_s=inst.max_duration_s,
+        stop_reason=inst.stop_reason,
     )
 
 
@@ -381,6 +390,10 @@ _INSTANCE_COLUMNS = (
     Instance.created_at_ms,
     Instance.image,
     Instance.sandbox_json,
+    Instance.idle_stop_s,
+    Instance.idle_threshold_pm,
+    Instance.max_duration_s,
+    Instance.stop_reason,
 )
 _ALLOCATION_COLUMNS = (
     Allocation.id,

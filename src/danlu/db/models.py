@@ -234,6 +234,12 @@ class Instance(Base):
     last_seen_alive_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     updated_at_ms: Mapped[int] = mapped_column(BigInteger)
+    # Idle auto-stop (danlu.telemetry.idle): stop when every GPU stayed under the threshold
+    # (per-mille) for this many seconds; NULL = never. A run longer than max_duration_s is stopped.
+    idle_stop_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    idle_threshold_pm: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
+    max_duration_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stop_reason: Mapped[str] = mapped_column(Text, default="", server_default="")  # why it last stopped
 
 
 class InstanceEvent(Base):
@@ -332,6 +338,10 @@ class Job(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     image: Mapped[str] = mapped_column(String(64), default="host", server_default="host")
     env_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+    # Given to each run (danlu.telemetry.idle): an idle or over-long run is stopped and the job fails.
+    idle_stop_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    idle_threshold_pm: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
+    max_duration_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class JobEvent(Base):
@@ -590,3 +600,27 @@ class HoldQuote(Base):
     kept_minor: Mapped[int] = mapped_column(BigInteger)  # the fee (package) or claw-back (reserved)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     expires_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class MetricSample(Base):
+    """What the control loop measured of one running instance (docs/telemetry.md): its GPU number
+    ``gpu_index`` (the host's index), or the run itself (−1: CPU in ``util_pm``, RSS in ``mem_mb``).
+    ``res``: raw | 1m | 1h; a 1m or 1h row averages ``samples`` raw ones (``util_max_pm`` their max)."""
+
+    __tablename__ = "metric_samples"
+    __table_args__ = (
+        Index("ix_metric_samples_instance_res_at", "instance_id", "res", "at_ms"),
+        Index("ix_metric_samples_res_at", "res", "at_ms"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True)
+    instance_id: Mapped[str] = mapped_column(String(32))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+    res: Mapped[str] = mapped_column(String(4))
+    samples: Mapped[int] = mapped_column(Integer, default=1)
+    util_pm: Mapped[int | None] = mapped_column(Integer, nullable=True)  # per-mille of the GPU (or of the CPU allotted)
+    util_max_pm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    mem_mb: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    power_mw: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    temp_c: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -37,6 +37,8 @@ from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Quota
 from danlu.core.money import parse_amount
 from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
 from danlu.scheduling.model import PRIORITIES
+from danlu.telemetry.idle import is_policy_stop
+from danlu.telemetry.limits import RunLimits
 
 QUEUED, RUNNING, STOPPING = "queued", "running", "stopping"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
@@ -100,6 +102,7 @@ def submit(
     image: str = images.HOST_IMAGE,
     env: dict[str, str] | None = None,
     team: str | None = None,
+    limits: RunLimits | None = None,
 ) -> JobView:
     """Queue a job. Validates everything up front so a bad job never sits in the queue."""
     check_may_run(p, user)
@@ -109,6 +112,7 @@ def submit(
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= 1024:
         raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, from 1 to 1024")
     env = validate_env(env)
+    limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     if priority not in PRIORITIES:
         raise InvalidInput("invalid_priority", f"--priority is one of {', '.join(PRIORITIES)}")
     if est_duration_s is not None and est_duration_s <= 0:
@@ -160,6 +164,9 @@ def submit(
             cancel_requested=False,
             image=image,
             env_json=json.dumps(env),
+            idle_stop_s=limits.idle_stop_s,
+            idle_threshold_pm=limits.idle_threshold_pm,
+            max_duration_s=limits.max_duration_s,
         )
         s.add(job)
         s.add(JobEvent(job_id=job_id, from_status="", to_status=QUEUED, reason="submitted", at_ms=now))
@@ -327,6 +334,8 @@ def on_run_finished(p: Platform, s: Session, job: Job, inst: Instance, now_ms: i
         transition(s, job, QUEUED, reason, now_ms)
     elif inst.status == InstanceStatus.LOST:
         transition(s, job, FAILED, f"run lost {_losses(s, job)} times; giving up", now_ms)
+    elif is_policy_stop(inst.stop_reason):  # the job's own idle or duration limit: it ends here
+        transition(s, job, FAILED, inst.stop_reason, now_ms)
     else:  # stopped by the platform (e.g. balance exhausted): wait in the queue
         transition(s, job, QUEUED, f"run stopped: {inst.status_reason}", now_ms)
 

@@ -261,6 +261,9 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
             workspace=str(jdir / "workspace"),
             image=job.image,
             env_json=job.env_json,
+            idle_stop_s=job.idle_stop_s,
+            idle_threshold_pm=job.idle_threshold_pm,
+            max_duration_s=job.max_duration_s,
             created_at_ms=now,
             updated_at_ms=now,
         )

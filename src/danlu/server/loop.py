@@ -18,6 +18,9 @@ from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.scheduling.live import schedule_round
 from danlu.server.lease import DataDirLock, Lease, holder_for
+from danlu.telemetry.idle import enforce
+from danlu.telemetry.sampler import Sampler
+from danlu.telemetry.store import downsample
 
 T = TypeVar("T")
 FAST_TICK_S = 0.1  # while a stopped instance's process is still ending
@@ -32,6 +35,9 @@ class ControlLoop:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.next_meter_ms = 0
+        self.next_sample_ms = 0
+        self.next_fold_ms = 0
+        self.sampler = Sampler(platform)
         self.ticks = 0
         self.waiting_on_stops = 0
         platform.wake_loop = self.wake
@@ -53,6 +59,7 @@ class ControlLoop:
         tick = self._phase("reconcile", lambda: reconcile(self.p))
         self.waiting_on_stops = tick.stopping if tick else 0
         self._phase("schedule", lambda: schedule_round(self.p))
+        self._telemetry()
         now = self.p.clock.now_ms()
         if now >= self.next_meter_ms:
             report = self._phase("meter", lambda: meter_all(self.p))
@@ -63,6 +70,21 @@ class ControlLoop:
                 nxt = min(nxt, report.next_exhaustion_ms)
             self.next_meter_ms = nxt
         self.ticks += 1
+
+    def _telemetry(self) -> None:
+        """Sample every sample interval (new runs are primed every tick), fold old samples every
+        minute, and stop idle or over-long runs every tick on the samples so far (docs/telemetry.md)."""
+        now = self.p.clock.now_ms()
+        period_ms = int(self.p.settings.sample_interval_s * 1000)
+        if now >= self.next_sample_ms:
+            self._phase("sample", self.sampler.sample)
+            self.next_sample_ms = now + period_ms
+        else:
+            self._phase("prime", self.sampler.prime)
+        self._phase("idle", lambda: enforce(self.p, period_ms))
+        if now >= self.next_fold_ms:
+            self._phase("retention", lambda: downsample(self.p, self.p.settings.retention))
+            self.next_fold_ms = now + 60_000
 
     @staticmethod
     def _phase(name: str, work: Callable[[], T]) -> T | None:

@@ -10,6 +10,7 @@ from danlu.api.schemas import EventOut, InstanceIdPath, InstanceOut, LogChunk, L
 from danlu.compute import holds, views
 from danlu.compute import instances as svc
 from danlu.core.clock import iso
+from danlu.telemetry.limits import resolve as resolve_limits
 
 router = APIRouter(prefix="/instances", tags=["instances"], responses=errors(401))
 _ID = errors(404)
@@ -29,6 +30,7 @@ def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request)
     reservation its account already holds for the model."""
     args: dict[str, Any] = {"name": body.name, "interruptible": body.interruptible}
     args.update(image=body.image, env=body.env, team=body.team)
+    args["limits"] = resolve_limits(p.settings, body.idle_stop, body.idle_threshold, body.max_duration)
     if body.package is not None:
         view = holds.rent_on_new_hold(
             p,

@@ -20,7 +20,7 @@ from danlu.api.schemas import (
     JobIdPath,
     LogChunk,
     LogOffset,
-    Strict,
+    RunLimitsIn,
     TeamName,
     errors,
     limited,
@@ -29,6 +29,7 @@ from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 from danlu.scheduling import jobs as svc
+from danlu.telemetry.limits import resolve as resolve_limits
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=errors(401, 403))
 _ID = errors(404)
@@ -39,7 +40,7 @@ DEADLINE = (
 LATEST_DEADLINE = datetime(3000, 1, 1, tzinfo=UTC)
 
 
-class JobIn(Strict):
+class JobIn(RunLimitsIn):
     command: Command
     gpus: GpuCount = 1
     gpu_types: list[GpuModel] = Field(
@@ -153,6 +154,7 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
         body.image,
         body.env,
         team=body.team,
+        limits=resolve_limits(p.settings, body.idle_stop, body.idle_threshold, body.max_duration, job=True),
     )
     loop = getattr(request.app.state, "loop", None)
     if loop is not None:

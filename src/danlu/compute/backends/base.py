@@ -97,6 +97,15 @@ class RunState:
 RUNNING = RunState("running")
 
 
+@dataclass(frozen=True)
+class RunUsage:
+    """What a running run's processes have used: CPU seconds since it started (cumulative, so a
+    rate is the difference of two readings) and resident memory now."""
+
+    cpu_s: float
+    rss_bytes: int
+
+
 class Backend(Protocol):
     name: str
 
@@ -134,4 +143,9 @@ class Backend(Protocol):
 
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
         """A chunk of the captured stdout/stderr from byte ``offset``; returns (text, next offset)."""
+        ...
+
+    def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
+        """CPU and memory of each run still running (the ones it cannot read are left out). Cheap
+        enough for every run every sample period (danlu.telemetry.sampler)."""
         ...

@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from danlu.compute.backends.base import PREEMPT_FILE, RUNNING, LaunchError, RunSpec, RunState
+from danlu.compute.backends.base import PREEMPT_FILE, RUNNING, LaunchError, RunSpec, RunState, RunUsage
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
@@ -44,6 +44,35 @@ from danlu.core.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 MAX_OFFSET = 1 << 62
+
+
+def _tree_usage(roots: dict[str, int]) -> dict[str, RunUsage]:
+    """CPU seconds and RSS of each root process and all its descendants, from one /proc scan."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for proc in psutil.process_iter(["ppid", "cpu_times"]):
+        info = proc.info
+        children.setdefault(int(info.get("ppid") or 0), []).append(proc.pid)
+        times = info.get("cpu_times")
+        cpu[proc.pid] = float(times.user + times.system) if times is not None else 0.0
+    out: dict[str, RunUsage] = {}
+    for handle, root in roots.items():
+        if root not in cpu:
+            continue
+        seen, stack, cpu_s, rss = set(), [root], 0.0, 0
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            cpu_s += cpu.get(pid, 0.0)
+            try:
+                rss += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                pass
+            stack.extend(children.get(pid, ()))
+        out[handle] = RunUsage(cpu_s, rss)
+    return out
 
 
 def _chown_private(path: Path, uid: int | None) -> None:
@@ -293,6 +322,26 @@ class LocalBackend:
         for name in self.sandbox.cgroups.names():
             if name not in active and not self.launching(name) and not self.sandbox.cgroups.procs(name):
                 self.sandbox.cgroups.remove(name)
+
+    # -- usage --------------------------------------------------------------------------------
+    def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
+        """From the run's cgroup where cgroup v2 counts CPU time, else from its process tree (the
+        supervisor and everything under it): one pass over /proc for all the runs."""
+        cgroups = self.sandbox.cgroups if self.sandbox is not None else None
+        out: dict[str, RunUsage] = {}
+        roots: dict[str, int] = {}
+        for handle in handles:
+            h = json.loads(handle)
+            if live_process(h["pid"], h.get("ct"), h.get("ticks")) is None:
+                continue
+            counted = cgroups.usage(h["run"]) if cgroups is not None and h.get("cg") else None
+            if counted is not None:
+                out[handle] = RunUsage(*counted)
+            else:
+                roots[handle] = int(h["pid"])
+        if roots:
+            out.update(_tree_usage(roots))
+        return out
 
     # -- output -------------------------------------------------------------------------------
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:

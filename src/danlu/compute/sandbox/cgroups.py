@@ -37,6 +37,7 @@ class Cgroups(Protocol):
     def oom_kills(self, name: str) -> int: ...
     def pids_limit_hits(self, name: str) -> int: ...
     def remove(self, name: str) -> bool: ...
+    def usage(self, name: str) -> tuple[float, int] | None: ...
     def names(self) -> list[str]: ...
 
 
@@ -120,6 +121,9 @@ class CgroupV1:
     def pids_limit_hits(self, name: str) -> int:
         return _read_key(self.bases["pids"] / name / "pids.events", "max")
 
+    def usage(self, name: str) -> tuple[float, int] | None:
+        return None  # v1's cpu hierarchy counts no CPU time (cpuacct is apart): the process tree does
+
     def remove(self, name: str) -> bool:
         for pid in self.procs(name):
             try:
@@ -193,6 +197,15 @@ class CgroupV2:
 
     def pids_limit_hits(self, name: str) -> int:
         return _read_key(self.base / name / "pids.events", "max")
+
+    def usage(self, name: str) -> tuple[float, int] | None:
+        """(CPU seconds, memory bytes) the kernel counted for the group, exited processes included."""
+        try:
+            usec = _read_key(self.base / name / "cpu.stat", "usage_usec")
+            mem = int((self.base / name / "memory.current").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return usec / 1e6, mem
 
     def remove(self, name: str) -> bool:
         g = self.base / name

@@ -1,0 +1,126 @@
+"""``GET /metrics`` in the Prometheus text format (``prometheus-client``), for the operator: the
+newest sample of every running instance's GPUs and processes, the fleet (GPUs, running instances,
+queued jobs) and the money (revenue, usage billed). Read from the database at each scrape, so any
+server process answers the same. Operator-only: it names every tenant's instances.
+
+An example Grafana dashboard over these series is ``docs/grafana-dashboard.json``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from danlu.compute.lifecycle import Status
+from danlu.context import Platform
+from danlu.db.models import Account, Allocation, Gpu, Instance, Job, MetricSample, UsageRecord
+from danlu.scheduling.jobs import QUEUED
+from danlu.telemetry.sampler import RUN
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class PlatformCollector(Collector):
+    def __init__(self, p: Platform) -> None:
+        self.p = p
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        gpu = ["instance", "gpu", "model", "simulated"]
+        util = GaugeMetricFamily("danlu_gpu_utilization_ratio", "GPU utilisation of a running instance", labels=gpu)
+        mem = GaugeMetricFamily("danlu_gpu_memory_used_bytes", "GPU memory used (real GPUs only)", labels=gpu)
+        power = GaugeMetricFamily("danlu_gpu_power_watts", "GPU power draw (real GPUs only)", labels=gpu)
+        temp = GaugeMetricFamily("danlu_gpu_temperature_celsius", "GPU temperature (real GPUs only)", labels=gpu)
+        inst = ["instance"]
+        cpu = GaugeMetricFamily("danlu_instance_cpu_ratio", "CPU used by a run, of its allotted cores", labels=inst)
+        rss = GaugeMetricFamily("danlu_instance_memory_bytes", "resident memory of a run's processes", labels=inst)
+        with self.p.db.read() as s:
+            running = dict(
+                s.execute(select(Instance.id, Instance.gpu_model).where(Instance.status == Status.RUNNING.value)).all()
+            )
+            newest = (
+                select(MetricSample.instance_id, func.max(MetricSample.at_ms).label("at"))
+                .where(MetricSample.res == "raw", MetricSample.instance_id.in_(list(running)))
+                .group_by(MetricSample.instance_id)
+                .subquery()
+            )
+            samples = s.scalars(
+                select(MetricSample).join(
+                    newest, (newest.c.instance_id == MetricSample.instance_id) & (newest.c.at == MetricSample.at_ms)
+                )
+            ).all()
+            for m in samples:
+                if m.res != "raw":
+                    continue
+                if m.gpu_index == RUN:
+                    if m.util_pm is not None:
+                        cpu.add_metric([m.instance_id], m.util_pm / 1000)
+                    if m.mem_mb is not None:
+                        rss.add_metric([m.instance_id], m.mem_mb * 2**20)
+                    continue
+                labels = [m.instance_id, str(m.gpu_index), running.get(m.instance_id, ""), str(m.simulated).lower()]
+                if m.util_pm is not None:
+                    util.add_metric(labels, m.util_pm / 1000)
+                if m.mem_mb is not None:
+                    mem.add_metric(labels, m.mem_mb * 2**20)
+                if m.power_mw is not None:
+                    power.add_metric(labels, m.power_mw / 1000)
+                if m.temp_c is not None:
+                    temp.add_metric(labels, m.temp_c)
+            gpus_total = GaugeMetricFamily("danlu_gpus", "GPUs on the platform", labels=["model", "simulated"])
+            for model, simulated, n in s.execute(
+                select(Gpu.model, Gpu.simulated, func.count()).group_by(Gpu.model, Gpu.simulated)
+            ):
+                gpus_total.add_metric([model, str(simulated).lower()], n)
+            busy = GaugeMetricFamily("danlu_gpus_allocated", "GPUs in open allocations", labels=["model"])
+            for model, n in s.execute(
+                select(Instance.gpu_model, func.sum(Allocation.gpu_count))
+                .join(Instance, Instance.id == Allocation.instance_id)
+                .where(Allocation.ended_at_ms.is_(None))
+                .group_by(Instance.gpu_model)
+            ):
+                busy.add_metric([model], int(n or 0))
+            statuses = GaugeMetricFamily("danlu_instances", "instances by status", labels=["status"])
+            for status, n in s.execute(
+                select(Instance.status, func.count())
+                .where(Instance.status != Status.DESTROYED.value)
+                .group_by(Instance.status)
+            ):
+                statuses.add_metric([status], n)
+            queued = s.execute(select(func.count()).select_from(Job).where(Job.status == QUEUED)).scalar_one()
+            revenue = GaugeMetricFamily(
+                "danlu_revenue_minor",
+                "money earned, in the currency's minor unit (refunds subtract)",
+                labels=["currency"],
+            )
+            for cur, bal in s.execute(
+                select(Account.currency, func.sum(Account.balance_minor))
+                .where(Account.kind == "revenue")
+                .group_by(Account.currency)
+            ):
+                revenue.add_metric([cur], int(bal or 0))
+            billed = s.execute(select(func.coalesce(func.sum(UsageRecord.amount_minor), 0))).scalar_one()
+        yield util
+        yield mem
+        yield power
+        yield temp
+        yield cpu
+        yield rss
+        yield gpus_total
+        yield busy
+        yield statuses
+        queue = GaugeMetricFamily("danlu_jobs_queued", "batch jobs waiting in the queue")
+        queue.add_metric([], queued)
+        yield queue
+        yield revenue
+        spent = CounterMetricFamily("danlu_usage_billed_minor", "GPU and storage usage billed (vouchers and cash)")
+        spent.add_metric([], int(billed))
+        yield spent
+
+
+def exposition(p: Platform) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PlatformCollector(p))
+    return generate_latest(registry)
