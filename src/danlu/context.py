@@ -41,6 +41,8 @@ class Settings:
     idle_stop_default_s: int | None = None
     idle_stop_max_s: int | None = None
     idle_threshold_default_pm: int = 50  # 5 %
+    # Webhooks (danlu.notify.webhooks) reach only public addresses unless the operator allows more.
+    webhook_allow_private: bool = False
 
     def __post_init__(self) -> None:
         if self.meter_interval_s >= self.min_prepaid_seconds:

@@ -42,12 +42,13 @@ from danlu.db.models import (
     TeamMember,
     User,
     VoucherGrant,
+    Webhook,
 )
 from tests.conftest import LiveServer, make_platform, require_sandbox, wait_for
 
 ID_PARAM = re.compile(r"\{(\w+_id)(?::\w+)?\}")
 # Ids of no object; others are instances.
-FAKE_IDS = {"job_id": "j-0000000000", "budget_id": "987654321", "hold_id": "h-0000000000"}
+FAKE_IDS = {"job_id": "j-0000000000", "budget_id": "987654321", "hold_id": "h-0000000000", "webhook_id": "987654321"}
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
 SAMPLE_FIELDS: dict[str, Any] = {
     "command": ["sh", "-c", "echo intruder; sleep 600"],
@@ -242,6 +243,10 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             a.put("/budgets", params={"team": "a-team"}, json={"member": "team-member", "soft": "20.00"}),
         ]
         assert all(r.status_code == 200 for r in budgets), [r.text for r in budgets]
+        # A's webhook: a public address (an IP literal, so nothing resolves), for a kind that does
+        # not fire here, so its delivery counts stand still between snapshots.
+        hook = a.post("/webhooks", json={"url": "https://1.1.1.1/a-hook", "kinds": ["member_removed"]})
+        assert hook.status_code == 201, hook.text
         app = live.server.config.app
         assert isinstance(app, FastAPI)
         w = World(live=live, app=app, a=a, b=b, a_name="tenant-a", team="a-team")
@@ -252,6 +257,7 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "job_id": [jid, tjid],
             "budget_id": [str(r.json()["id"]) for r in budgets],
             "hold_id": [hid],
+            "webhook_id": [str(hook.json()["id"])],
         }
         w.a_views = [
             "/instances",
@@ -273,6 +279,8 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "/budgets?team=a-team",
             "/holds",
             f"/holds/{hid}",
+            "/webhooks",
+            f"/webhooks/{hook.json()['id']}/deliveries",
         ]
         try:
             yield w
@@ -323,6 +331,10 @@ def db_state(live: LiveServer) -> dict[str, Any]:
                 (b.id, b.billing_account_id, b.scope, b.period, b.soft_minor, b.hard_minor)
                 for b in s.scalars(select(Budget).order_by(Budget.id))
             ],
+            "webhooks": [
+                (h.id, h.user_id, h.url, h.kinds, h.deleted_at_ms)
+                for h in s.scalars(select(Webhook).order_by(Webhook.id))
+            ],
             "transactions": len(s.scalars(select(LedgerTransaction.id)).all()),
             "entries": len(s.scalars(select(LedgerEntry.id)).all()),
         }
@@ -342,7 +354,7 @@ def snapshot(w: World) -> dict[str, Any]:
         views = (
             w.a_views
             if who == "A"
-            else ["/instances?all=true", "/jobs", "/balance", "/ledger", "/me", "/teams", "/vouchers"]
+            else ["/instances?all=true", "/jobs", "/balance", "/ledger", "/me", "/teams", "/vouchers", "/webhooks"]
         )
         for path in views:
             r = client.get(path)
@@ -436,7 +448,9 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
         return None
 
     run_checked(world, calls, expect)
-    a_ids = {i for kind, ids in world.objects.items() if kind != "budget_id" for i in ids}  # not small numbers
+    a_ids = {
+        i for kind, ids in world.objects.items() if kind not in ("budget_id", "webhook_id") for i in ids
+    }  # not small numbers
     for path in ("/instances?all=true", "/jobs", "/ledger?limit=1000", "/admin/sandboxes"):
         text = world.b.get(path).text
         assert not any(i in text for i in a_ids), f"tenant B's {path} shows tenant A's objects: {text[:300]}"

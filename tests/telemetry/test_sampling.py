@@ -17,9 +17,10 @@ from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import NotFound
 from danlu.db.models import Event, Instance, MetricSample, User
+from danlu.notify import feed
 from danlu.scheduling import jobs
 from danlu.scheduling.live import schedule_round
-from danlu.telemetry import feed, query
+from danlu.telemetry import query
 from danlu.telemetry.idle import enforce
 from danlu.telemetry.limits import RunLimits
 from danlu.telemetry.retention import Retention

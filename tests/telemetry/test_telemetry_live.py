@@ -3,7 +3,8 @@ real sandboxed runs whose CPU stands in for their simulated GPUs, on SQLite and 
 
 A ``sleep`` is stopped by its idle window (within a sample period and the loop's tick, plus what a
 loaded test machine adds); a busy loop is not; the measurement is the stop's reason, an event and
-the chart; /metrics is the operator's alone and another renter gets 404."""
+the chart; the renter's webhook receives the idle stop, signed; /metrics is the operator's alone
+and another renter gets 404."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from danlu.notify.signing import verify
 from tests.cli.test_contract import Cli, run_server
 from tests.conftest import wait_for
+from tests.notify.test_webhooks import Receiver
 
 SAMPLE_S = 1
 WINDOW_S = 4
@@ -28,7 +31,7 @@ LOAD_SLACK_S = 3  # a loaded 2-core test machine: the loop's tick, a slow sample
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    with run_server(db_url, tmp_path, "--sample-interval", str(SAMPLE_S)) as up:
+    with run_server(db_url, tmp_path, "--sample-interval", str(SAMPLE_S), "--webhook-allow-private") as up:
         yield up
 
 
@@ -49,6 +52,10 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     bad = cli("rent", "--gpu", "A100-80GB", "--idle-stop", "soon", "--", "sleep", "600", ok=False, token=ann)
     assert bad.returncode != 0 and "invalid_idle_stop" in bad.stderr
     assert cli.json("ps", token=ann) == []  # a bad option rents nothing
+
+    receiver = Receiver()  # ann's webhook, on this machine (the server allows private addresses here)
+    hook: Any = cli.json("webhook", "add", receiver.url, token=ann)
+    assert hook["secret"].startswith("whsec_")
 
     idle_flags = ("--idle-stop", f"{WINDOW_S}s", "--idle-threshold", "5")
     rent = ("rent", "--gpu", "A100-80GB", *idle_flags, "--json", "--")
@@ -104,4 +111,12 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     feed: Any = cli.json("events", token=ann)
     assert [e["kind"] for e in feed] == ["idle_stop"] and feed[0]["instance_id"] == sleeper["id"]
     assert "stopped at" in feed[0]["message"]
+    # The same event reached ann's webhook, signed, from the server's own delivery thread.
+    wait_for(lambda: receiver.got, timeout=30)
+    [(headers, body)] = receiver.got
+    assert json.loads(body)["kind"] == "idle_stop" and headers["x-danlu-event-id"] == str(feed[0]["id"])
+    assert verify(hook["secret"], int(headers["x-danlu-timestamp"]), body, headers["x-danlu-signature"])
+    [listed] = cli.json("webhooks", token=ann)  # type: ignore[misc]
+    assert listed["delivered"] == 1 and listed["secret"] is None
+    receiver.server.shutdown()
     cli("stop", busy["id"], token=ann)

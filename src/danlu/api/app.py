@@ -29,6 +29,7 @@ from danlu.api.routers import tariffs as tariffs_router
 from danlu.api.routers import teams as teams_router
 from danlu.api.routers import telemetry as telemetry_router
 from danlu.api.routers import vouchers as vouchers_router
+from danlu.api.routers import webhooks as webhooks_router
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
 from danlu.billing import terms
 from danlu.billing.accounts import currency
@@ -65,6 +66,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(advice.router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.include_router(telemetry_router.router, prefix=API_PREFIX)  # issue 10: metrics, top, events
     app.include_router(telemetry_router.metrics_router)  # Prometheus scrapes /metrics
+    app.include_router(webhooks_router.router, prefix=API_PREFIX)
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 

@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "danlu.cli.storage_cmds",
     "danlu.cli.hold_cmds",
     "danlu.cli.telemetry_cmds",
+    "danlu.cli.webhook_cmds",
     # -- capability command modules above this line --
 ]
 

@@ -79,6 +79,9 @@ def server(
         None, "--idle-stop-max", help="The longest idle window a renter may ask for (it cannot be turned off)."
     ),
     idle_threshold_default: str = typer.Option("5", "--idle-threshold", help="Idle: every GPU under this %."),
+    webhook_allow_private: bool = typer.Option(
+        False, "--webhook-allow-private", help="Let renters' webhooks reach private and loopback addresses."
+    ),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
     # Heavy imports (SQLAlchemy, Alembic, uvicorn) only when the server really starts, so that
@@ -160,6 +163,7 @@ def server(
         sandbox_dir=sandbox_dir,
         timezone=timezone,  # the same zone bootstrap locked into the database
         **idle,
+        webhook_allow_private=webhook_allow_private,
     )
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)

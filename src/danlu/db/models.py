@@ -624,3 +624,40 @@ class MetricSample(Base):
     power_mw: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     temp_c: Mapped[int | None] = mapped_column(Integer, nullable=True)
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Webhook(Base):
+    """A person's webhook (danlu.notify.webhooks): the events they see are POSTed here, signed with
+    ``secret``; ``kinds`` (comma-separated, empty = all) filters; ``cursor_event_id`` is the newest
+    event already turned into deliveries."""
+
+    __tablename__ = "webhooks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(64))
+    kinds: Mapped[str] = mapped_column(Text, default="")
+    cursor_event_id: Mapped[int] = mapped_column(Integer, default=0)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    deleted_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook: pending until the receiver answers 2xx (delivered) or the
+    attempts run out (failed); unique per (webhook, event), so an event is queued once."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "event_id", name="uq_webhook_deliveries_webhook_event"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_ms"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id"))
+    event_id: Mapped[int] = mapped_column(ForeignKey("events.id"))
+    status: Mapped[str] = mapped_column(String(16))  # pending | delivered | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_ms: Mapped[int] = mapped_column(BigInteger)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    delivered_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)

@@ -16,6 +16,7 @@ from typing import TypeVar
 from danlu.billing.invoices import finalize_due
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
+from danlu.notify.webhooks import deliver_due, enqueue
 from danlu.scheduling.live import schedule_round
 from danlu.server.lease import DataDirLock, Lease, holder_for
 from danlu.telemetry.idle import enforce
@@ -39,6 +40,8 @@ class ControlLoop:
         self.next_fold_ms = 0
         self.sampler = Sampler(platform)
         self.ticks = 0
+        self.leading = False  # this server holds the lease: it alone sends webhooks
+        self._sender: threading.Thread | None = None
         self.waiting_on_stops = 0
         platform.wake_loop = self.wake
         self.dir_lock = dir_lock or DataDirLock(platform.settings.data_dir)
@@ -54,12 +57,14 @@ class ControlLoop:
         self._wake.set()
 
     def run_once(self) -> None:
-        if not self._phase("lease", self.lease.acquire):
+        self.leading = bool(self._phase("lease", self.lease.acquire))
+        if not self.leading:
             return  # another server on this database does the background work
         tick = self._phase("reconcile", lambda: reconcile(self.p))
         self.waiting_on_stops = tick.stopping if tick else 0
         self._phase("schedule", lambda: schedule_round(self.p))
         self._telemetry()
+        self._phase("webhooks", lambda: enqueue(self.p))
         now = self.p.clock.now_ms()
         if now >= self.next_meter_ms:
             report = self._phase("meter", lambda: meter_all(self.p))
@@ -101,16 +106,27 @@ class ControlLoop:
             self._wake.wait(min(FAST_TICK_S, tick) if self.waiting_on_stops else tick)
             self._wake.clear()
 
+    def _send(self) -> None:
+        """Webhook deliveries, on their own thread: a slow receiver never delays a tick."""
+        while not self._stop.is_set():
+            sent = self._phase("webhook delivery", lambda: deliver_due(self.p)) if self.leading else None
+            if not sent or sum(sent) == 0:
+                self._stop.wait(1.0)
+
     def start(self) -> None:
         """Refuses (Conflict ``data_dir_in_use``) if another server runs on this data folder."""
         self.dir_lock.acquire()
         self._thread = threading.Thread(target=self._run, name="danlu-control-loop", daemon=True)
         self._thread.start()
+        self._sender = threading.Thread(target=self._send, name="danlu-webhooks", daemon=True)
+        self._sender.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._sender is not None:
+            self._sender.join(timeout=10)
         self._phase("lease release", self.lease.release)
         self.dir_lock.release()

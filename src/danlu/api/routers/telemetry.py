@@ -14,7 +14,8 @@ from danlu.api.schemas import InstanceIdPath, errors, limited
 from danlu.compute import views
 from danlu.core.clock import iso
 from danlu.core.money import format_minor
-from danlu.telemetry import feed, query
+from danlu.notify import feed
+from danlu.telemetry import query
 from danlu.telemetry.prometheus import CONTENT_TYPE, exposition
 
 router = APIRouter(tags=["telemetry"], responses=errors(401))

@@ -1,0 +1,175 @@
+"""Webhooks for the event feed (issue 10 part 4), on SQLite and PostgreSQL with a fake clock and a
+real HTTP receiver on this machine: signed with HMAC-SHA256, at least once with backoff, each with
+the event's id to de-duplicate, surviving a restart; a renter's URL reaches only public addresses."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from danlu.context import Platform
+from danlu.core.clock import FakeClock
+from danlu.core.errors import InvalidInput, NotFound
+from danlu.db.engine import open_database
+from danlu.db.models import Event, User, WebhookDelivery
+from danlu.notify import webhooks
+from danlu.notify.signing import MAX_ATTEMPTS, next_retry_s, verify
+from tests.billing.test_metering import renter
+
+
+class Receiver:
+    """An HTTP endpoint that answers the status codes it is told to, in order, then 200."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[dict[str, str], bytes]] = []
+        self.answers: list[int] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(outer.answers.pop(0) if outer.answers else 200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+@pytest.fixture
+def p(platform: Platform) -> Platform:
+    platform.settings.webhook_allow_private = True  # the receiver is on this machine
+    return platform
+
+
+def event(p: Platform, user: User, kind: str = "idle_stop", message: str = "i-1: idle") -> int:
+    with p.db.write() as s:
+        e = Event(user_id=user.id, billing_account_id=None, kind=kind, message=message, at_ms=p.clock.now_ms())
+        s.add(e)
+        s.flush()
+        return e.id
+
+
+def test_a_users_events_are_posted_signed_once_each(p: Platform, receiver: Receiver) -> None:
+    ann, eve = renter(p, "ann", None), renter(p, "eve", None)
+    before = event(p, ann, message="before the webhook")
+    hook = webhooks.add(p, ann, receiver.url)
+    assert hook.secret and hook.secret.startswith("whsec_")
+    first = event(p, ann)
+    event(p, eve, message="eve's, not ann's")
+    assert webhooks.enqueue(p) == 1 and webhooks.enqueue(p) == 0  # a delivery row per event, once
+    assert webhooks.deliver_due(p) == (1, 0)
+    [(headers, body)] = receiver.got
+    assert headers["x-danlu-event-id"] == str(first) != str(before)
+    assert verify(hook.secret, int(headers["x-danlu-timestamp"]), body, headers["x-danlu-signature"])
+    assert not verify("whsec_other", int(headers["x-danlu-timestamp"]), body, headers["x-danlu-signature"])
+    assert json.loads(body) | {"at": None} == {
+        "id": first, "kind": "idle_stop", "message": "i-1: idle", "instance_id": None, "at": None
+    }  # fmt: skip
+    assert webhooks.deliver_due(p) == (0, 0)
+    [listed] = webhooks.list_webhooks(p, ann)
+    assert (listed.delivered, listed.pending, listed.secret) == (1, 0, None)  # the secret is shown once
+
+
+def test_a_failing_receiver_is_retried_with_backoff_and_sees_the_same_event_id(
+    p: Platform, fake_clock: FakeClock, receiver: Receiver
+) -> None:
+    ann = renter(p, "ann", None)
+    hook = webhooks.add(p, ann, receiver.url)
+    eid = event(p, ann)
+    webhooks.enqueue(p)
+    receiver.answers = [500, 503]
+    assert webhooks.deliver_due(p) == (0, 1)
+    assert webhooks.deliver_due(p) == (0, 0)  # not due again before its backoff
+    fake_clock.advance(seconds=next_retry_s(1) or 0)
+    assert webhooks.deliver_due(p) == (0, 1)
+    fake_clock.advance(seconds=(next_retry_s(2) or 0) - 1)
+    assert webhooks.deliver_due(p) == (0, 0)
+    fake_clock.advance(seconds=1)
+    assert webhooks.deliver_due(p) == (1, 0)
+    assert [h["x-danlu-event-id"] for h, _ in receiver.got] == [str(eid)] * 3
+    [d] = webhooks.deliveries(p, ann, hook.id)
+    assert (d.status, d.attempts, d.last_status_code) == ("delivered", 3, 200)
+
+
+def test_deliveries_survive_a_restart(p: Platform, receiver: Receiver) -> None:
+    ann = renter(p, "ann", None)
+    webhooks.add(p, ann, receiver.url)
+    event(p, ann)
+    webhooks.enqueue(p)  # queued, then the server dies before sending
+    p.db.engine.dispose()
+    again = Platform(db=open_database(p.db.url), clock=p.clock, backend=p.backend, settings=p.settings,
+                     sandbox=p.sandbox)  # fmt: skip
+    assert webhooks.deliver_due(again) == (1, 0) and len(receiver.got) == 1
+    again.db.engine.dispose()
+
+
+def test_a_receiver_that_never_answers_2xx_is_given_up_after_the_last_attempt(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    p.settings.webhook_allow_private = True
+    ann = renter(p, "ann", None)
+    hook = webhooks.add(p, ann, "http://127.0.0.1:9/closed")  # nothing listens on port 9
+    event(p, ann)
+    webhooks.enqueue(p)
+    for _ in range(MAX_ATTEMPTS):
+        fake_clock.advance(seconds=6 * 3600)
+        webhooks.deliver_due(p)
+    [d] = webhooks.deliveries(p, ann, hook.id)
+    assert d.status == "failed" and d.attempts == MAX_ATTEMPTS and d.last_error and d.next_attempt_ms is None
+
+
+def test_kinds_filter_and_removal(p: Platform, receiver: Receiver) -> None:
+    ann = renter(p, "ann", None)
+    hook = webhooks.add(p, ann, receiver.url, ["budget_threshold"])
+    event(p, ann, "idle_stop")
+    event(p, ann, "budget_threshold", "80% of your budget")
+    assert webhooks.enqueue(p) == 1
+    webhooks.remove(p, ann, hook.id)
+    assert webhooks.deliver_due(p) == (0, 0) and receiver.got == []  # dropped with the webhook
+    with pytest.raises(InvalidInput) as e:
+        webhooks.add(p, ann, receiver.url, ["no_such_kind"])
+    assert e.value.code == "invalid_event_kind"
+
+
+def test_a_renters_url_reaches_only_public_addresses(platform: Platform) -> None:
+    ann = renter(platform, "ann", None)
+    for url in ("http://127.0.0.1:8000/", "http://10.0.0.5/x", "http://169.254.169.254/latest/meta-data",
+                "http://[::1]/", "http://192.168.1.1/", "http://[::ffff:127.0.0.1]/", "http://localhost/"):  # fmt: skip
+        with pytest.raises(InvalidInput) as e:
+            webhooks.add(platform, ann, url)
+        assert e.value.code == "webhook_address_not_allowed", url
+    for url in ("ftp://example.com/", "http://", "http://user:pw@8.8.8.8/", "javascript:alert(1)"):
+        with pytest.raises(InvalidInput) as e:
+            webhooks.add(platform, ann, url)
+        assert e.value.code == "invalid_webhook_url", url
+    assert webhooks.add(platform, ann, "https://8.8.8.8/hook").id  # a public address (not contacted now)
+    with platform.db.read() as s:
+        assert s.execute(select(func.count()).select_from(WebhookDelivery)).scalar_one() == 0
+
+
+def test_another_users_webhook_answers_404(p: Platform, receiver: Receiver) -> None:
+    ann, eve = renter(p, "ann", None), renter(p, "eve", None)
+    hook = webhooks.add(p, ann, receiver.url)
+    for call in (lambda: webhooks.deliveries(p, eve, hook.id), lambda: webhooks.remove(p, eve, hook.id)):
+        with pytest.raises(NotFound) as e:
+            call()
+        assert e.value.code == "webhook_not_found"
+    assert webhooks.list_webhooks(p, eve) == [] and len(webhooks.list_webhooks(p, ann)) == 1
