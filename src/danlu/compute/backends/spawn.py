@@ -9,7 +9,6 @@ import json
 import os
 import resource
 import select
-import shutil
 import signal
 import subprocess
 import time
@@ -20,9 +19,9 @@ from typing import Any
 from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.sandbox import bwrap, network
 from danlu.compute.sandbox.cgroups import Cgroups
+from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import NetworkError, host_addresses, nft_rules
 
-SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # The supervisor's epilogue: the exit status, atomically (the file's mtime is when the run ended);
 # then its whole process group goes, itself included: a sandbox whose outer bubblewrap died before
 # the inner one could die with its parent (the server killed mid-launch) is never left behind.
@@ -42,7 +41,7 @@ class SandboxOptions:
     own_addresses: list[str] = field(default_factory=host_addresses)
     # keyutils' keyctl: each run joins a session keyring of its own (else every sandbox would share
     # the server's session keyring, and read and change each other's keys and root's).
-    keyring: bool = field(default_factory=lambda: shutil.which("keyctl") is not None)
+    keyring: bool = field(default_factory=lambda: helper("keyctl") is not None)
     nofile: int = 65536
 
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import select
-import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
+
+from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 
 POLICIES = ("none", "outbound", "host")
 
@@ -60,7 +61,7 @@ def outbound_available() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs a root server (slirp4netns must join each sandbox's namespace)"
     for tool in ("slirp4netns", "nft", "nsenter", "unshare", "ip"):
-        if shutil.which(tool) is None:
+        if helper(tool) is None:
             return False, f"{tool} is not installed (Debian packages slirp4netns, nftables, iproute2, util-linux)"
     if not Path("/dev/net/tun").exists():
         return False, "/dev/net/tun is missing"
@@ -111,7 +112,7 @@ def nft_rules(own_addresses: Iterable[str] = ()) -> str:
     )
 
 
-_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+_ENV = {"PATH": SAFE_PATH}
 
 
 def _run(args: list[str], timeout_s: float, stdin: bytes | None = None) -> None:

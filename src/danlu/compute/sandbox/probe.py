@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from danlu.compute.backends.local import LocalBackend
 from danlu.compute.backends.spawn import SandboxOptions
 from danlu.compute.sandbox import cgroups as cg
+from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import outbound_available, resolve_policy
 from danlu.compute.sandbox.status import SandboxStatus
 
@@ -27,15 +27,22 @@ NOBODY = 65534
 
 def bwrap_works(as_root: bool) -> tuple[bool, str]:
     """Whether bubblewrap can build a sandbox here (as an unprivileged uid when we are root)."""
-    exe = shutil.which("bwrap")
+    exe = helper("bwrap")
     if exe is None:
         return False, "bubblewrap is not installed (Debian package bubblewrap; `make run` installs it as root)"
     cmd = [exe, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc"]
     cmd += ["--dev", "/dev", "--disable-userns", "true"]
     if as_root:
-        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs", *cmd]
+        cmd = [
+            helper("setpriv") or "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "--no-new-privs",
+            *cmd,
+        ]
     try:
-        r = subprocess.run(cmd, capture_output=True, timeout=20, cwd="/")
+        r = subprocess.run(cmd, capture_output=True, timeout=20, cwd="/", env={"PATH": SAFE_PATH})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"bubblewrap failed to start: {exc}"
     if r.returncode != 0:
