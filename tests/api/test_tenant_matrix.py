@@ -59,6 +59,8 @@ SAMPLE_FIELDS: dict[str, Any] = {
     "price_per_hour": "1.00",
     "reason": "cross-tenant drill",
     "name": "intruder",
+    "stop": "23:00",
+    "start": "08:00",
     "source": "/nonexistent/rootfs",
     "valid_for": "72h",
     "on": "manual",

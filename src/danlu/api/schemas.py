@@ -25,6 +25,7 @@ from danlu.compute.images import NAME_RE as IMAGE_NAME_RE
 from danlu.compute.instances import MAX_COMMAND_ARGS
 from danlu.compute.offers import Offer
 from danlu.compute.sandbox.network import POLICIES
+from danlu.compute.schedules import ScheduleView
 from danlu.compute.views import InstanceView
 from danlu.core.clock import iso
 from danlu.core.money import format_minor
@@ -417,6 +418,51 @@ class OfferOut(BaseModel):
         )
 
 
+class ScheduleOut(BaseModel):
+    stop: str | None = Field(None, description="stops at this time (HH:MM, the deployment's zone)")
+    start: str | None = Field(None, description="starts at this time (HH:MM, the deployment's zone)")
+    days: list[str] = Field(description='on these days: ["daily"], ["weekdays"], ["weekends"] or e.g. ["mon", "wed"]')
+    timezone: str
+    description: str
+    next_action: str | None = Field(None, description="stop or start")
+    next_at: str | None = None
+
+    @classmethod
+    def of(cls, v: ScheduleView) -> ScheduleOut:
+        return cls(
+            stop=v.stop,
+            start=v.start,
+            days=v.days.split(","),
+            timezone=v.timezone,
+            description=v.description,
+            next_action=v.next_action,
+            next_at=iso(v.next_at_ms),
+        )
+
+
+HHMM_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+_DAY = "(mon|tue|wed|thu|fri|sat|sun)"
+DAYS_PATTERN = rf"^({_DAY}(-{_DAY})?|daily|weekdays|weekends)$"
+
+
+HHMM = Annotated[str, Field(pattern=HHMM_PATTERN), limited("invalid_schedule", "a time HH:MM", pattern=HHMM_PATTERN)]
+
+
+class ScheduleIn(Strict):
+    stop: HHMM | None = None
+    start: HHMM | None = None
+    days: list[
+        Annotated[
+            str,
+            Field(pattern=DAYS_PATTERN),
+            limited("invalid_schedule", "a day (mon … sun), a range (mon-fri), daily, weekdays or weekends",
+                    pattern=DAYS_PATTERN),
+        ]
+    ] = Field(
+        default_factory=lambda: ["daily"], min_length=1, max_length=7, description='e.g. ["mon-fri"] or ["sat", "sun"]'
+    )
+
+
 class InstanceOut(BaseModel):
     id: str
     name: str
@@ -447,6 +493,7 @@ class InstanceOut(BaseModel):
     idle_threshold: str = Field("5.0", description="idle means every GPU under this percentage")
     max_duration_s: int | None = Field(None, description="a run is stopped after this many seconds")
     stop_reason: str = Field("", description="why it last stopped (for an idle stop: what was measured)")
+    schedule: ScheduleOut | None = Field(None, description="its start/stop schedule; `show` only")
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:

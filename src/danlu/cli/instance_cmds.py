@@ -8,6 +8,7 @@ import typer
 
 from danlu.cli.client import Client, follow_log
 from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
+from danlu.cli.schedule_cmds import schedule_text
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, feed, limits_body, limits_text
 
 COLUMNS = [
@@ -135,6 +136,8 @@ def show(
             console.print(f"{label:>12}: {v[key]}{extra}", markup=False, highlight=False)
     if v.get("stop_reason") and not str(v.get("status_reason", "")).startswith(v["stop_reason"]):
         console.print(f"{'stopped':>12}: {v['stop_reason']}", markup=False, highlight=False)
+    if v.get("schedule"):
+        console.print(f"{'schedule':>12}: {schedule_text(v['schedule'])}", markup=False, highlight=False)
     if chart:
         console.print(f"{'chart':>12}: {chart}", markup=False, highlight=False)
 

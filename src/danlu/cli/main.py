@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "danlu.cli.hold_cmds",
     "danlu.cli.telemetry_cmds",
     "danlu.cli.webhook_cmds",
+    "danlu.cli.schedule_cmds",
     # -- capability command modules above this line --
 ]
 

@@ -477,6 +477,15 @@ def request_stop(
     return inst.run_handle
 
 
+def policy_stop(p: Platform, s: Session, inst: Instance, reason: str) -> str | None:
+    """A stop the platform decides (idle, maximum duration, schedule), inside the caller's
+    transaction: the preemption notice (the deadline file, SIGTERM after commit, the kill at the
+    deadline) with billing ending now; returns the run handle to terminate after commit."""
+    grace = p.settings.preempt_notice_s
+    write_preempt_deadline(p, inst.id, p.clock.now_ms() + grace * 1000)
+    return request_stop(p, s, inst, reason, grace)
+
+
 def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reason: str) -> str | None:
     """Preemption notice, inside the caller's transaction: running → stopping; the run's billing at
     its plan ends now and the notice period is billed at the interruptible price (same GPUs, a new

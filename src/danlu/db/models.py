@@ -642,6 +642,22 @@ class Webhook(Base):
     deleted_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
+class InstanceSchedule(Base):
+    """An instance's start/stop timetable (danlu.compute.schedules): stop and/or start at a
+    wall-clock time (``HH:MM``, the deployment's zone) on ``days`` (weekday numbers, mon = 0,
+    comma-separated). ``acted_until_ms``: every boundary up to then has been acted on;
+    ``next_due_ms``: the next one, so the loop selects only due rows."""
+
+    __tablename__ = "instance_schedules"
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), primary_key=True)
+    stop_hm: Mapped[str | None] = mapped_column(String(5), nullable=True)
+    start_hm: Mapped[str | None] = mapped_column(String(5), nullable=True)
+    days: Mapped[str] = mapped_column(String(16))
+    acted_until_ms: Mapped[int] = mapped_column(BigInteger)
+    next_due_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 class WebhookDelivery(Base):
     """One event for one webhook: pending until the receiver answers 2xx (delivered) or the
     attempts run out (failed); unique per (webhook, event), so an event is queued once."""

@@ -47,6 +47,9 @@ KINDS = (
     "storage_retention_warning",
     "storage_released",
     "member_removed",
+    "schedule_stop",
+    "schedule_start",
+    "schedule_failed",
 )
 TIMEOUT_S = 5.0
 BATCH = 50

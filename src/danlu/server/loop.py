@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from danlu.billing.invoices import finalize_due
 from danlu.compute.reconcile import meter_all, reconcile
+from danlu.compute.schedules import run_due
 from danlu.context import Platform
 from danlu.notify.webhooks import deliver_due, enqueue
 from danlu.scheduling.live import schedule_round
@@ -63,6 +64,7 @@ class ControlLoop:
         tick = self._phase("reconcile", lambda: reconcile(self.p))
         self.waiting_on_stops = tick.stopping if tick else 0
         self._phase("schedule", lambda: schedule_round(self.p))
+        self._phase("timetables", lambda: run_due(self.p))  # instances' start/stop schedules
         self._telemetry()
         self._phase("webhooks", lambda: enqueue(self.p))
         now = self.p.clock.now_ms()

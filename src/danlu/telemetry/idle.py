@@ -17,9 +17,8 @@ from itertools import pairwise
 
 from sqlalchemy import or_, select
 
-from danlu.compute.instances import request_stop, terminate_runs
+from danlu.compute.instances import policy_stop, terminate_runs
 from danlu.compute.lifecycle import Status
-from danlu.compute.runs import write_preempt_deadline
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.db.models import Allocation, Event, Instance, MetricSample
@@ -145,9 +144,7 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
             inst = s.get(Instance, v.instance_id, with_for_update=True, populate_existing=True)
             if inst is None or inst.status != Status.RUNNING.value or inst.run_handle != v.handle:
                 continue
-            grace = p.settings.preempt_notice_s
-            write_preempt_deadline(p, inst.id, p.clock.now_ms() + grace * 1000)
-            handles.append(request_stop(p, s, inst, v.reason, grace))
+            handles.append(policy_stop(p, s, inst, v.reason))
             s.add(
                 Event(
                     user_id=inst.user_id,

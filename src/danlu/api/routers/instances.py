@@ -6,8 +6,18 @@ from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import EventOut, InstanceIdPath, InstanceOut, LogChunk, LogOffset, RentRequest, errors
-from danlu.compute import holds, views
+from danlu.api.schemas import (
+    EventOut,
+    InstanceIdPath,
+    InstanceOut,
+    LogChunk,
+    LogOffset,
+    RentRequest,
+    ScheduleIn,
+    ScheduleOut,
+    errors,
+)
+from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
 from danlu.core.clock import iso
 from danlu.telemetry.limits import resolve as resolve_limits
@@ -62,8 +72,26 @@ async def list_instances(  # reads only: served on the event loop (see api/deps.
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses=_ID)
-async def show(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> InstanceOut:
-    return InstanceOut.of(views.show(p, user, instance_id))
+def show(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> InstanceOut:
+    out = InstanceOut.of(views.show(p, user, instance_id))
+    sched = schedules.schedule_of(p, instance_id)
+    out.schedule = ScheduleOut.of(sched) if sched is not None else None
+    return out
+
+
+@router.put("/{instance_id}/schedule", response_model=ScheduleOut, responses=errors(400, 404, 422))
+def set_schedule(instance_id: InstanceIdPath, body: ScheduleIn, p: PlatformDep, user: CurrentUser) -> ScheduleOut:
+    """Stop and/or start this instance at a time of day (the deployment's zone) on some weekdays,
+    e.g. ``{"stop": "23:00", "start": "08:00", "days": ["mon-fri"]}``; replaces any schedule. A stop is
+    a policy stop (the preemption notice); a start that fails (no free GPU, no money) is a
+    ``schedule_failed`` event in `danlu events` and your webhooks."""
+    return ScheduleOut.of(schedules.set_schedule(p, user, instance_id, body.stop, body.start, ",".join(body.days)))
+
+
+@router.delete("/{instance_id}/schedule", status_code=204, responses=errors(404))
+def clear_schedule(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> Response:
+    schedules.clear_schedule(p, user, instance_id)
+    return Response(status_code=204)
 
 
 @router.post("/{instance_id}/stop", response_model=InstanceOut, responses=errors(404, 409))

@@ -1,0 +1,40 @@
+"""start/stop schedules of instances
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-04 15:00:00
+
+One timetable per instance (``instance_schedules``): stop and/or start at a wall-clock time on some
+weekdays, in the deployment's zone; the loop acts on rows whose ``next_due_ms`` has come
+(danlu.compute.schedules, docs/telemetry.md "Schedules").
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "instance_schedules",
+        sa.Column("instance_id", sa.String(length=32), sa.ForeignKey("instances.id"), nullable=False),
+        sa.Column("stop_hm", sa.String(length=5), nullable=True),
+        sa.Column("start_hm", sa.String(length=5), nullable=True),
+        sa.Column("days", sa.String(length=16), nullable=False),
+        sa.Column("acted_until_ms", sa.BigInteger(), nullable=False),
+        sa.Column("next_due_ms", sa.BigInteger(), nullable=True),
+        sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("instance_id"),
+    )
+    op.create_index("ix_instance_schedules_next_due_ms", "instance_schedules", ["next_due_ms"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_instance_schedules_next_due_ms", table_name="instance_schedules")
+    op.drop_table("instance_schedules")
