@@ -494,6 +494,9 @@ class InstanceOut(BaseModel):
     max_duration_s: int | None = Field(None, description="a run is stopped after this many seconds")
     stop_reason: str = Field("", description="why it last stopped (for an idle stop: what was measured)")
     schedule: ScheduleOut | None = Field(None, description="its start/stop schedule; `show` only")
+    hints: list[str] = Field(
+        default_factory=list, description="efficiency hints from the last 10 minutes' samples; `show` only"
+    )
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:

@@ -79,6 +79,8 @@ class BillingAccount(Base):
     name: Mapped[str] = mapped_column(String(64))
     credit_limit_minor: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    # When the low-balance event was sent (danlu.notify.alerts); cleared once money lasts again.
+    low_balance_warned_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Team(Base):
@@ -407,6 +409,7 @@ class VoucherGrant(Base):
     granted_at_ms: Mapped[int] = mapped_column(BigInteger)
     expires_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     expired: Mapped[bool] = mapped_column(Boolean, default=False)
+    expiry_warned_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # voucher_expiring sent
 
 
 class Invoice(Base):

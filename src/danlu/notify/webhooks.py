@@ -50,6 +50,10 @@ KINDS = (
     "schedule_stop",
     "schedule_start",
     "schedule_failed",
+    "preemption_notice",
+    "low_balance",
+    "voucher_expiring",
+    "efficiency_hint",
 )
 TIMEOUT_S = 5.0
 BATCH = 50

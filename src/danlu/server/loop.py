@@ -17,9 +17,11 @@ from danlu.billing.invoices import finalize_due
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.schedules import run_due
 from danlu.context import Platform
+from danlu.notify import alerts
 from danlu.notify.webhooks import deliver_due, enqueue
 from danlu.scheduling.live import schedule_round
 from danlu.server.lease import DataDirLock, Lease, holder_for
+from danlu.telemetry import efficiency
 from danlu.telemetry.idle import enforce
 from danlu.telemetry.sampler import Sampler
 from danlu.telemetry.store import downsample
@@ -71,6 +73,7 @@ class ControlLoop:
         if now >= self.next_meter_ms:
             report = self._phase("meter", lambda: meter_all(self.p))
             self._phase("invoices", lambda: finalize_due(self.p, now))  # months past their grace window
+            self._phase("alerts", lambda: alerts.run(self.p))  # low balance, vouchers expiring
             interval_ms = int(self.p.settings.meter_interval_s * 1000)
             nxt = now + interval_ms
             if report is not None and report.next_exhaustion_ms is not None:
@@ -91,6 +94,7 @@ class ControlLoop:
         self._phase("idle", lambda: enforce(self.p, period_ms))
         if now >= self.next_fold_ms:
             self._phase("retention", lambda: downsample(self.p, self.p.settings.retention))
+            self._phase("hints", lambda: efficiency.emit(self.p))  # low GPU use with a busy process
             self.next_fold_ms = now + 60_000
 
     @staticmethod

@@ -20,6 +20,7 @@ from danlu.api.schemas import (
 from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
 from danlu.core.clock import iso
+from danlu.telemetry import efficiency
 from danlu.telemetry.limits import resolve as resolve_limits
 
 router = APIRouter(prefix="/instances", tags=["instances"], responses=errors(401))
@@ -76,6 +77,7 @@ def show(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> Inst
     out = InstanceOut.of(views.show(p, user, instance_id))
     sched = schedules.schedule_of(p, instance_id)
     out.schedule = ScheduleOut.of(sched) if sched is not None else None
+    out.hints = efficiency.hints_for(p, instance_id)
     return out
 
 

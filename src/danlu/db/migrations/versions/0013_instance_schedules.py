@@ -1,4 +1,4 @@
-"""start/stop schedules of instances
+"""start/stop schedules of instances; low-balance and voucher-expiring alerts
 
 Revision ID: 0013
 Revises: 0012
@@ -6,7 +6,8 @@ Create Date: 2026-12-04 15:00:00
 
 One timetable per instance (``instance_schedules``): stop and/or start at a wall-clock time on some
 weekdays, in the deployment's zone; the loop acts on rows whose ``next_due_ms`` has come
-(danlu.compute.schedules, docs/telemetry.md "Schedules").
+(danlu.compute.schedules, docs/telemetry.md "Schedules"). When a billing account was warned that
+its money runs out soon, and a voucher that it expires soon (danlu.notify.alerts), so each is said once.
 """
 
 from __future__ import annotations
@@ -33,8 +34,16 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("instance_id"),
     )
     op.create_index("ix_instance_schedules_next_due_ms", "instance_schedules", ["next_due_ms"])
+    with op.batch_alter_table("billing_accounts") as t:
+        t.add_column(sa.Column("low_balance_warned_at_ms", sa.BigInteger(), nullable=True))
+    with op.batch_alter_table("voucher_grants") as t:
+        t.add_column(sa.Column("expiry_warned_at_ms", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("voucher_grants") as t:
+        t.drop_column("expiry_warned_at_ms")
+    with op.batch_alter_table("billing_accounts") as t:
+        t.drop_column("low_balance_warned_at_ms")
     op.drop_index("ix_instance_schedules_next_due_ms", table_name="instance_schedules")
     op.drop_table("instance_schedules")
