@@ -47,7 +47,7 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     cli("admin", "price", "set", "A100-80GB", "36.00")
     ann = cli.json("admin", "user", "create", "ann")["token"]  # type: ignore[index]
     eve = cli.json("admin", "user", "create", "eve")["token"]  # type: ignore[index]
-    cli("admin", "topup", "ann", "50.00")
+    cli("admin", "topup", "ann", "5000.00")
 
     bad = cli("rent", "--gpu", "A100-80GB", "--idle-stop", "soon", "--", "sleep", "600", ok=False, token=ann)
     assert bad.returncode != 0 and "invalid_idle_stop" in bad.stderr

@@ -73,7 +73,7 @@ def server(
     pids_per_gpu: int = typer.Option(None, "--pids-per-gpu", help="Processes a rental may run per GPU."),
     sample_interval: float = typer.Option(5.0, "--sample-interval", help="Seconds between telemetry samples."),
     idle_stop_default: str = typer.Option(
-        "30m", "--idle-stop-default", help="Stop rentals idle this long unless they ask otherwise; off: never."
+        "20m", "--idle-stop-default", help="Stop rentals idle this long unless they ask otherwise; off: never."
     ),
     idle_stop_max: str = typer.Option(
         None, "--idle-stop-max", help="The longest idle window a renter may ask for (it cannot be turned off)."
