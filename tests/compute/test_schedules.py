@@ -16,6 +16,7 @@ from danlu.core.clock import FakeClock
 from danlu.core.errors import InvalidInput, NotFound
 from danlu.db.models import Event, Instance
 from danlu.notify import feed
+from danlu.server.loop import ControlLoop
 from tests.billing.test_metering import renter
 from tests.fakes import RecordingBackend
 
@@ -128,3 +129,15 @@ def test_schedules_are_the_owners_alone(p: Platform) -> None:
     schedules.set_schedule(p, ann, inst, "23:00", None, "daily")
     schedules.clear_schedule(p, ann, inst)
     assert schedules.schedule_of(p, inst) is None
+
+
+def test_the_control_loop_acts_on_due_schedules_each_tick(p: Platform, fake_clock: FakeClock) -> None:
+    ann = renter(p, "ann", "10000.00")
+    inst = instances.rent(p, ann, "A100-80GB", 1, ["python", "notebook.py"]).id
+    schedules.set_schedule(p, ann, inst, "09:00", None, "daily")
+    loop = ControlLoop(p)
+    loop.run_once()
+    assert status(p, inst) == "running"
+    fake_clock.advance(seconds=HOUR)
+    loop.run_once()
+    assert status(p, inst) == "stopping" and [k for k, _ in events(p, inst)] == ["schedule_stop"]

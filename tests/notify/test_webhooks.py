@@ -173,3 +173,39 @@ def test_another_users_webhook_answers_404(p: Platform, receiver: Receiver) -> N
             call()
         assert e.value.code == "webhook_not_found"
     assert webhooks.list_webhooks(p, eve) == [] and len(webhooks.list_webhooks(p, ann)) == 1
+
+
+def test_a_delivery_goes_to_the_address_just_checked_with_the_name_as_host(
+    p: Platform, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: the name is resolved once per attempt, checked, and the request goes to that
+    address (the name only in Host and, for https, SNI), so a second lookup cannot aim it elsewhere."""
+    port = receiver.server.server_address[1]
+    lookups: list[str] = []
+
+    def resolver(host: str, _port: int) -> list[str]:
+        lookups.append(host)
+        return ["127.0.0.1"]  # the first answer; a rebinding DNS would answer differently next time
+
+    monkeypatch.setattr(webhooks, "resolve_host", resolver)
+    monkeypatch.setattr(webhooks.check_url, "__defaults__", (resolver,))
+    ann = renter(p, "ann", None)
+    webhooks.add(p, ann, f"http://hooks.danlu.test:{port}/hook")
+    event(p, ann)
+    webhooks.enqueue(p)
+    assert webhooks.deliver_due(p) == (1, 0)  # hooks.danlu.test resolves nowhere else: it went to the pin
+    [(headers, _)] = receiver.got
+    assert headers["host"] == f"hooks.danlu.test:{port}" and lookups == ["hooks.danlu.test"] * 2
+
+
+def test_pinned_urls_keep_the_port_path_and_the_name_for_tls() -> None:
+    assert webhooks.pinned("https://hooks.example.org:8443/a/b?c=1", "93.184.216.34") == (
+        "https://93.184.216.34:8443/a/b?c=1",
+        {"Host": "hooks.example.org:8443"},
+        {"sni_hostname": "hooks.example.org"},
+    )
+    assert webhooks.pinned("http://hooks.example.org/x", "2001:db8::1") == (
+        "http://[2001:db8::1]/x",
+        {"Host": "hooks.example.org"},
+        {},
+    )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
 import typer
 
 from danlu.cli.client import Client
@@ -41,7 +44,11 @@ def schedule(
 
 
 def schedule_text(v: dict[str, object]) -> str:
-    nxt = f"; next: {v['next_action']} at {v['next_at']}" if v.get("next_action") else ""
+    """``stop 23:00, start 08:00 weekdays (Asia/Shanghai); next: stop Fri 2026-12-04 23:00``."""
+    nxt = ""
+    if v.get("next_action") and v.get("next_at"):
+        at = datetime.fromisoformat(str(v["next_at"])).astimezone(ZoneInfo(str(v["timezone"])))
+        nxt = f"; next: {v['next_action']} {at:%a %Y-%m-%d %H:%M}"
     return f"{v['description']}{nxt}"
 
 

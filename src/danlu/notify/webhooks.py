@@ -76,26 +76,44 @@ def resolve_host(host: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)})
 
 
-def check_url(p: Platform, url: str, resolver: Callable[[str, int], list[str]] = resolve_host) -> None:
-    """A clear ``invalid_webhook_url`` unless ``url`` is http(s) to a public address."""
+def check_url(p: Platform, url: str, resolver: Callable[[str, int], list[str]] = resolve_host) -> list[str]:
+    """The addresses ``url``'s host resolves to, all public (``--webhook-allow-private``: any); a
+    clear ``invalid_webhook_url`` or ``webhook_address_not_allowed`` otherwise."""
     parts = urlsplit(url)
     if len(url) > MAX_URL or parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput("invalid_webhook_url", "a webhook is an http:// or https:// URL with a host name")
     if parts.username or parts.password:
         raise InvalidInput("invalid_webhook_url", "put no user name or password in a webhook URL; it is signed")
-    if p.settings.webhook_allow_private:
-        return
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise InvalidInput("invalid_webhook_url", "the port of a webhook URL is a number up to 65535") from None
     try:
         addresses = resolver(parts.hostname, port)
     except OSError:
         raise InvalidInput("invalid_webhook_url", f"{parts.hostname} does not resolve from this server") from None
-    bad = forbidden_address(addresses)
+    if not addresses:
+        raise InvalidInput("invalid_webhook_url", f"{parts.hostname} does not resolve from this server")
+    bad = None if p.settings.webhook_allow_private else forbidden_address(addresses)
     if bad is not None:
         raise InvalidInput(
             "webhook_address_not_allowed",
             f"{parts.hostname} resolves to {bad}, not a public address; webhooks reach only the internet",
         )
+    return addresses
+
+
+def pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """``url`` aimed at ``address``, the one just checked, so a name that resolves elsewhere a
+    moment later (DNS rebinding) cannot redirect the request: the URL with the address for its host,
+    the Host header, and for https the name the certificate must carry (SNI and verification)."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    target = parts._replace(netloc=netloc).geturl()
+    name = parts.hostname or ""
+    host_header = (f"[{name}]" if ":" in name else name) + ("" if parts.port is None else f":{parts.port}")
+    return target, {"Host": host_header}, ({"sni_hostname": name} if parts.scheme == "https" else {})
 
 
 def add(p: Platform, user: User, url: str, kinds: list[str] | None = None) -> WebhookView:
@@ -286,9 +304,10 @@ def _due(p: Platform, now: int, limit: int) -> list[_Due]:
 
 def _attempt(p: Platform, d: _Due, client: httpx.Client) -> tuple[int | None, str]:
     try:
-        check_url(p, d.url)  # again now: a name may resolve elsewhere than when it was added
+        addresses = check_url(p, d.url)  # again now: a name may resolve elsewhere than when it was added
     except InvalidInput as exc:
         return None, exc.message
+    target, host, extensions = pinned(d.url, addresses[0])
     ts = p.clock.now_ms() // 1000
     headers = {
         "Content-Type": "application/json",
@@ -297,9 +316,10 @@ def _attempt(p: Platform, d: _Due, client: httpx.Client) -> tuple[int | None, st
         "X-Danlu-Delivery": str(d.id),
         "X-Danlu-Timestamp": str(ts),
         "X-Danlu-Signature": signature(d.secret, ts, d.body),
+        **host,
     }
     try:
-        r = client.post(d.url, content=d.body, headers=headers)
+        r = client.post(target, content=d.body, headers=headers, extensions=extensions)
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"[:500]
     return r.status_code, "" if 200 <= r.status_code < 300 else f"answered {r.status_code}"
