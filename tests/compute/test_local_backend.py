@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from danlu.compute.backends.base import Limits, RunSpec
+from danlu.compute.backends.base import Limits, RunSpec, RunUsage
 from danlu.compute.backends.local import LocalBackend
+from danlu.compute.sandbox.netstat import parse_net_dev
 from danlu.compute.sandbox.probe import make_local_backend
 from tests.conftest import require_sandbox, sandbox_folder, wait_for, worker_uid_first
 
@@ -46,9 +47,7 @@ def spec(root: Path, *command: str, env: dict[str, str] | None = None, run_id: s
     control = root / "control" / run_id
     control.mkdir(parents=True, exist_ok=True)
     os.chmod(control, 0o755)
-    return RunSpec(
-        run_id, run_id, list(command), env or {}, root / "ws" / run_id, control, limits=LIMITS, uid=UID
-    )
+    return RunSpec(run_id, run_id, list(command), env or {}, root / "ws" / run_id, control, limits=LIMITS, uid=UID)
 
 
 def output(b: LocalBackend, key: str = RUN_ID) -> str:
@@ -206,3 +205,30 @@ def _fd_open(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_usage_counts_the_workspace_and_the_runs_own_network(backend: LocalBackend, root: Path) -> None:
+    """A sandboxed run's usage has its workspace's size and its own network namespace's byte
+    counters (0 here: network none, loopback not counted); an unsandboxed one shares the host's
+    network and disk, and reports neither."""
+    handle = run(backend, spec(root, "sh", "-c", "head -c 3145728 /dev/zero > blob; exec sleep 60"))
+    wait_for(
+        lambda: (root / "ws" / RUN_ID / "blob").exists() and (root / "ws" / RUN_ID / "blob").stat().st_size >= 3 << 20
+    )
+    backend.poll([handle])  # the disk watcher measures the runs the last poll saw running
+    backend._disk.measure_now()
+    used = wait_for(lambda: backend.usage([handle]).get(handle))
+    assert isinstance(used, RunUsage)
+    if backend.sandbox is not None:
+        assert used.disk_bytes is not None and used.disk_bytes >= 3 << 20
+        assert (used.net_rx_bytes, used.net_tx_bytes) == (0, 0)
+    else:
+        assert (used.disk_bytes, used.net_rx_bytes, used.net_tx_bytes) == (None, None, None)
+    backend.kill(handle)
+
+
+def test_net_dev_counts_every_interface_but_loopback() -> None:
+    head = "Inter-|   Receive  |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes ...\n"
+    rows = {"lo": (9000, 9000), "tap0": (1500, 700), "eth1": (500, 300)}
+    text = head + "".join(f"{n:>6}: {rx} 3 0 0 0 0 0 0 {tx} 2 0 0 0 0 0 0\n" for n, (rx, tx) in rows.items())
+    assert parse_net_dev(text) == (2000, 1000)

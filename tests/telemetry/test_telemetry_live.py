@@ -87,6 +87,8 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
         [gpu] = m["gpus"]
         assert gpu["simulated"] and len(gpu["points"]) >= 3
         assert max(pt["util_pct"] for pt in gpu["points"]) >= 50  # a busy loop shows busy
+        # Its own network namespace's counters (sandboxed: none or outbound) ride on the run's series.
+        assert any(pt["net_rx_bytes"] is not None for pt in m["run"]["points"]), m["run"]
         s = c.get(f"/api/v1/instances/{sleeper['id']}/metrics").json()
         assert max(pt["util_pct"] for pt in s["gpus"][0]["points"]) < 5
         assert c.get(f"/api/v1/instances/{busy['id']}/metrics", params={"since": "5x"}).json()["error"]["code"] == (
@@ -99,6 +101,7 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     prom = httpx.get(url + "/metrics").text  # `curl /metrics` on the server's machine: no token needed
     assert f'danlu_gpu_utilization_ratio{{gpu="{busy["gpu_indices"][0]}",instance="{busy["id"]}"' in prom, prom
     assert 'danlu_instances{status="running"} 1.0' in prom and "danlu_usage_billed_minor_total" in prom
+    assert f'danlu_instance_network_receive_bytes_total{{instance="{busy["id"]}"}}' in prom
 
     chart = tmp_path / "busy.svg"
     shown = cli("show", busy["id"], "--chart", str(chart), "--since", "5m", token=ann).stdout

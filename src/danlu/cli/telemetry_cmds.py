@@ -51,6 +51,15 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}%"
 
 
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 TOP_COLUMNS = [
     ("id", "id"),
     ("name", "name"),
@@ -59,6 +68,8 @@ TOP_COLUMNS = [
     ("mem", "GPU mem"),
     ("power", "power"),
     ("cpu", "CPU %"),
+    ("disk", "disk"),
+    ("net", "net in/out"),
     ("cost", "cost so far"),
     ("hourly", "per hour"),
     ("idle", "idle stop"),
@@ -75,6 +86,8 @@ def _top_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "mem": "-" if r["gpu_mem_mb"] is None else f"{r['gpu_mem_mb'] / 1024:.1f} GiB",
             "power": "-" if r["power_w"] is None else f"{r['power_w']:.0f} W",
             "cpu": _pct(r["cpu_pct"]),
+            "disk": "-" if r.get("disk_mb") is None else f"{r['disk_mb']} MiB",
+            "net": "-" if r.get("net_rx_bytes") is None else f"{_size(r['net_rx_bytes'])}/{_size(r['net_tx_bytes'])}",
             "cost": f"{r['cost']} {r['currency']}",
             "hourly": "-" if r["cost_per_hour"] is None else r["cost_per_hour"],
             "idle": duration_text(r["idle_stop_s"]),

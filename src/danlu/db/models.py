@@ -627,6 +627,10 @@ class MetricSample(Base):
     power_mw: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     temp_c: Mapped[int | None] = mapped_column(Integer, nullable=True)
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The run's row only: its workspace (MiB) and its own network namespace's bytes so far (counters).
+    disk_mb: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    net_rx_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    net_tx_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Webhook(Base):

@@ -36,6 +36,13 @@ class PlatformCollector(Collector):
         inst = ["instance"]
         cpu = GaugeMetricFamily("danlu_instance_cpu_ratio", "CPU used by a run, of its allotted cores", labels=inst)
         rss = GaugeMetricFamily("danlu_instance_memory_bytes", "resident memory of a run's processes", labels=inst)
+        disk = GaugeMetricFamily("danlu_instance_disk_bytes", "a run's workspace on disk", labels=inst)
+        rx = CounterMetricFamily(
+            "danlu_instance_network_receive_bytes", "bytes a run received (its own network namespace)", labels=inst
+        )
+        tx = CounterMetricFamily(
+            "danlu_instance_network_transmit_bytes", "bytes a run sent (its own network namespace)", labels=inst
+        )
         with self.p.db.read() as s:
             running = dict(
                 s.execute(select(Instance.id, Instance.gpu_model).where(Instance.status == Status.RUNNING.value)).all()
@@ -59,6 +66,11 @@ class PlatformCollector(Collector):
                         cpu.add_metric([m.instance_id], m.util_pm / 1000)
                     if m.mem_mb is not None:
                         rss.add_metric([m.instance_id], m.mem_mb * 2**20)
+                    if m.disk_mb is not None:
+                        disk.add_metric([m.instance_id], m.disk_mb * 2**20)
+                    if m.net_rx_bytes is not None and m.net_tx_bytes is not None:
+                        rx.add_metric([m.instance_id], m.net_rx_bytes)
+                        tx.add_metric([m.instance_id], m.net_tx_bytes)
                     continue
                 labels = [m.instance_id, str(m.gpu_index), running.get(m.instance_id, ""), str(m.simulated).lower()]
                 if m.util_pm is not None:
@@ -108,6 +120,9 @@ class PlatformCollector(Collector):
         yield temp
         yield cpu
         yield rss
+        yield disk
+        yield rx
+        yield tx
         yield gpus_total
         yield busy
         yield statuses

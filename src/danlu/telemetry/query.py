@@ -29,6 +29,9 @@ class Point:
     mem_mb: int | None
     power_mw: int | None
     temp_c: int | None
+    disk_mb: int | None = None  # the run's row only: its workspace
+    net_rx_bytes: int | None = None  # the run's row only: its own network's bytes so far
+    net_tx_bytes: int | None = None
 
 
 @dataclass
@@ -80,7 +83,19 @@ def instance_metrics(
             series = by_gpu.setdefault(m.gpu_index, Series(m.gpu_index, False))
             series.simulated = series.simulated or m.simulated
             series.points.append(
-                Point(m.at_ms, m.res, m.samples, m.util_pm, m.util_max_pm, m.mem_mb, m.power_mw, m.temp_c)
+                Point(
+                    m.at_ms,
+                    m.res,
+                    m.samples,
+                    m.util_pm,
+                    m.util_max_pm,
+                    m.mem_mb,
+                    m.power_mw,
+                    m.temp_c,
+                    m.disk_mb,
+                    m.net_rx_bytes,
+                    m.net_tx_bytes,
+                )
             )
     for series in by_gpu.values():
         series.points.sort(key=lambda pt: pt.at_ms)  # 1h, 1m and raw rows interleave by time
@@ -100,6 +115,9 @@ class Latest:
     rss_mb: int | None
     simulated: bool
     at_ms: int | None
+    disk_mb: int | None = None
+    net_rx_bytes: int | None = None
+    net_tx_bytes: int | None = None
 
 
 def latest(p: Platform, instance_ids: list[str]) -> dict[str, Latest]:
@@ -137,5 +155,8 @@ def latest(p: Platform, instance_ids: list[str]) -> dict[str, Latest]:
             rss_mb=run.mem_mb if run else None,
             simulated=any(m.simulated for m in gpus),
             at_ms=ms[0].at_ms,
+            disk_mb=run.disk_mb if run else None,
+            net_rx_bytes=run.net_rx_bytes if run else None,
+            net_tx_bytes=run.net_tx_bytes if run else None,
         )
     return out

@@ -101,7 +101,10 @@ class Sampler:
                 continue
             cores = _allotted_cores(r.sandbox_json, r.gpu_count)
             cpu_pm = max(0, round(1000 * (used.cpu_s - prev.cpu_s) / ((now - prev.at_ms) / 1000) / cores))
-            rows.append(_row(r.id, RUN, now, cpu_pm, used.rss_bytes >> 20, None, None, False))
+            run_row = _row(r.id, RUN, now, cpu_pm, used.rss_bytes >> 20, None, None, False)
+            run_row["disk_mb"] = None if used.disk_bytes is None else used.disk_bytes >> 20
+            run_row["net_rx_bytes"], run_row["net_tx_bytes"] = used.net_rx_bytes, used.net_tx_bytes
+            rows.append(run_row)
             for idx in (int(i) for i in r.gpu_indices.split(",") if i):
                 uuid, simulated = gpus.get((r.host_id, idx), ("", True))
                 reading = None if simulated else self.nvml.read(uuid)
@@ -150,4 +153,7 @@ def _row(
         "power_mw": power_mw,
         "temp_c": temp_c,
         "simulated": simulated,
+        "disk_mb": None,
+        "net_rx_bytes": None,
+        "net_tx_bytes": None,
     }

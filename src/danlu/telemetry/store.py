@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, and_, cast, delete, func, insert, literal, select
+from sqlalchemy import Integer, and_, case, cast, delete, func, insert, literal, select
 from sqlalchemy.orm import Session
 
 from danlu.context import Platform
@@ -17,12 +17,13 @@ from danlu.telemetry.retention import Retention
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 FOLDED = ["instance_id", "gpu_index", "at_ms", "res", "samples", "util_pm", "util_max_pm", "mem_mb", "power_mw",
-          "temp_c", "simulated"]  # fmt: skip
+          "temp_c", "simulated", "disk_mb", "net_rx_bytes", "net_tx_bytes"]  # fmt: skip
 
 
 def _weighted(column: Any) -> Any:
     weight = MetricSample.samples
-    return cast(func.round(func.sum(column * weight) * 1.0 / func.sum(weight)), Integer)
+    counted = func.sum(case((column.is_(None), None), else_=weight))  # rows that measured it
+    return cast(func.round(func.sum(column * weight) * 1.0 / counted), Integer)
 
 
 def _fold(s: Session, src: str, dst: str, bucket_ms: int, cutoff_ms: int) -> int:
@@ -42,6 +43,9 @@ def _fold(s: Session, src: str, dst: str, bucket_ms: int, cutoff_ms: int) -> int
             _weighted(MetricSample.power_mw),
             _weighted(MetricSample.temp_c),
             func.max(cast(MetricSample.simulated, Integer)) > 0,
+            _weighted(MetricSample.disk_mb),
+            func.max(MetricSample.net_rx_bytes),  # counters: the bucket's last reading is its largest
+            func.max(MetricSample.net_tx_bytes),
         )
         .where(old)
         .group_by(MetricSample.instance_id, MetricSample.gpu_index, bucket)

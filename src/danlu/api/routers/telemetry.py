@@ -48,6 +48,9 @@ class PointOut(BaseModel):
     mem_mb: int | None = Field(description="GPU memory used (the run's row: resident memory)")
     power_w: float | None
     temp_c: int | None
+    disk_mb: int | None = Field(None, description="the run's row: its workspace on disk")
+    net_rx_bytes: int | None = Field(None, description="the run's row: bytes received so far (own network only)")
+    net_tx_bytes: int | None = Field(None, description="the run's row: bytes sent so far (own network only)")
 
 
 class SeriesOut(BaseModel):
@@ -78,6 +81,9 @@ def _series(s: query.Series) -> SeriesOut:
                 mem_mb=pt.mem_mb,
                 power_w=None if pt.power_mw is None else pt.power_mw / 1000,
                 temp_c=pt.temp_c,
+                disk_mb=pt.disk_mb,
+                net_rx_bytes=pt.net_rx_bytes,
+                net_tx_bytes=pt.net_tx_bytes,
             )
             for pt in s.points
         ],
@@ -112,6 +118,9 @@ class TopRow(BaseModel):
     power_w: float | None
     cpu_pct: float | None
     rss_mb: int | None
+    disk_mb: int | None = Field(None, description="its workspace on disk")
+    net_rx_bytes: int | None = Field(None, description="bytes received so far (a network of its own only)")
+    net_tx_bytes: int | None = Field(None, description="bytes sent so far (a network of its own only)")
     sampled_at: str | None
     cost: str = Field(description="cost so far")
     cost_per_hour: str | None = Field(description="what it costs per hour now (all its GPUs; prepaid: 0)")
@@ -144,6 +153,9 @@ def top(p: PlatformDep, user: CurrentUser) -> list[TopRow]:
                 power_w=None if n is None or n.power_mw is None else n.power_mw / 1000,
                 cpu_pct=_pct(n.cpu_pm) if n else None,
                 rss_mb=n.rss_mb if n else None,
+                disk_mb=n.disk_mb if n else None,
+                net_rx_bytes=n.net_rx_bytes if n else None,
+                net_tx_bytes=n.net_tx_bytes if n else None,
                 sampled_at=iso(n.at_ms) if n else None,
                 cost=format_minor(v.cost_minor, v.currency),
                 cost_per_hour=hourly,

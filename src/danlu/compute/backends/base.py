@@ -104,6 +104,9 @@ class RunUsage:
 
     cpu_s: float
     rss_bytes: int
+    disk_bytes: int | None = None  # the workspace, as the disk-limit watcher last measured it
+    net_rx_bytes: int | None = None  # its own network namespace's traffic so far (None: host network)
+    net_tx_bytes: int | None = None
 
 
 class Backend(Protocol):

@@ -39,6 +39,7 @@ from danlu.compute.backends.procs import kill_group_leftovers, live_process, sen
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
 from danlu.compute.sandbox.disk import DiskWatcher, Watched, file_limit, violation
+from danlu.compute.sandbox.netstat import NetCounter
 from danlu.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,20 @@ log = logging.getLogger(__name__)
 MAX_OFFSET = 1 << 62
 
 
-def _tree_usage(roots: dict[str, int]) -> dict[str, RunUsage]:
-    """CPU seconds and RSS of each root process and all its descendants, from one /proc scan."""
+NET_LOOKUPS = 5  # a run still outside a namespace of its own after this many samples is on the host's network
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid → pids, from one /proc scan."""
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(int(proc.info.get("ppid") or 0), []).append(proc.pid)
+    return children
+
+
+def _tree_usage(roots: dict[str, int]) -> tuple[dict[str, RunUsage], dict[int, list[int]]]:
+    """CPU seconds and RSS of each root process and all its descendants, from one /proc scan
+    (returned too, as ppid → pids)."""
     children: dict[int, list[int]] = {}
     cpu: dict[int, float] = {}
     for proc in psutil.process_iter(["ppid", "cpu_times"]):
@@ -72,7 +85,7 @@ def _tree_usage(roots: dict[str, int]) -> dict[str, RunUsage]:
                 pass
             stack.extend(children.get(pid, ()))
         out[handle] = RunUsage(cpu_s, rss)
-    return out
+    return out, children
 
 
 def _chown_private(path: Path, uid: int | None) -> None:
@@ -94,6 +107,8 @@ class LocalBackend:
         self._blockers: dict[str, int] = {}  # run id → write end of its block pipe, until start
         self._pid_hits: dict[str, tuple[int, float | None]] = {}
         self._disk = DiskWatcher(sandbox.disk_check_s if sandbox is not None else 15.0)
+        self._net = NetCounter()
+        self._net_misses: dict[str, int] = {}  # runs not (yet) found in a namespace of their own
         self._polls = 0
 
     # -- paths --------------------------------------------------------------------------------
@@ -326,21 +341,47 @@ class LocalBackend:
     # -- usage --------------------------------------------------------------------------------
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
         """From the run's cgroup where cgroup v2 counts CPU time, else from its process tree (the
-        supervisor and everything under it): one pass over /proc for all the runs."""
+        supervisor and everything under it): one pass over /proc for all the runs. Sandboxed runs
+        add their workspace's size (the disk watcher's last reading) and, with a network namespace of
+        their own, its traffic (danlu.compute.sandbox.netstat)."""
         cgroups = self.sandbox.cgroups if self.sandbox is not None else None
         out: dict[str, RunUsage] = {}
         roots: dict[str, int] = {}
+        runs: dict[str, tuple[str, int]] = {}
         for handle in handles:
             h = json.loads(handle)
             if live_process(h["pid"], h.get("ct"), h.get("ticks")) is None:
                 continue
+            runs[handle] = (str(h["run"]), int(h["pid"]))
             counted = cgroups.usage(h["run"]) if cgroups is not None and h.get("cg") else None
             if counted is not None:
                 out[handle] = RunUsage(*counted)
             else:
                 roots[handle] = int(h["pid"])
+        children: dict[int, list[int]] | None = None
         if roots:
-            out.update(_tree_usage(roots))
+            tree, children = _tree_usage(roots)
+            out.update(tree)
+        if self.sandbox is None:
+            return out
+        for handle, used in list(out.items()):
+            run_id, pid = runs[handle]
+            disk = self._disk.reading(run_id)
+            net = self._net.read(run_id, pid, children)
+            if net is None and children is None and self._net_misses.get(run_id, 0) < NET_LOOKUPS:
+                children = _children()  # a run not yet located in its namespace: one scan for all
+                net = self._net.read(run_id, pid, children)
+            if net is None:  # the host's network (never found), or a namespace not made yet
+                self._net_misses[run_id] = self._net_misses.get(run_id, 0) + 1
+            out[handle] = replace(
+                used,
+                disk_bytes=disk.bytes if disk is not None else None,
+                net_rx_bytes=net[0] if net else None,
+                net_tx_bytes=net[1] if net else None,
+            )
+        alive = {run_id for run_id, _ in runs.values()}
+        self._net.forget(alive)
+        self._net_misses = {r: n for r, n in self._net_misses.items() if r in alive}
         return out
 
     # -- output -------------------------------------------------------------------------------

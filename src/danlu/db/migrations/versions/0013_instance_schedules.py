@@ -8,6 +8,7 @@ One timetable per instance (``instance_schedules``): stop and/or start at a wall
 weekdays, in the deployment's zone; the loop acts on rows whose ``next_due_ms`` has come
 (danlu.compute.schedules, docs/telemetry.md "Schedules"). When a billing account was warned that
 its money runs out soon, and a voucher that it expires soon (danlu.notify.alerts), so each is said once.
+A run's samples also keep its workspace size and its network namespace's byte counters.
 """
 
 from __future__ import annotations
@@ -38,9 +39,16 @@ def upgrade() -> None:
         t.add_column(sa.Column("low_balance_warned_at_ms", sa.BigInteger(), nullable=True))
     with op.batch_alter_table("voucher_grants") as t:
         t.add_column(sa.Column("expiry_warned_at_ms", sa.BigInteger(), nullable=True))
+    with op.batch_alter_table("metric_samples") as t:
+        t.add_column(sa.Column("disk_mb", sa.BigInteger(), nullable=True))
+        t.add_column(sa.Column("net_rx_bytes", sa.BigInteger(), nullable=True))
+        t.add_column(sa.Column("net_tx_bytes", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("metric_samples") as t:
+        for column in ("net_tx_bytes", "net_rx_bytes", "disk_mb"):
+            t.drop_column(column)
     with op.batch_alter_table("voucher_grants") as t:
         t.drop_column("expiry_warned_at_ms")
     with op.batch_alter_table("billing_accounts") as t:
