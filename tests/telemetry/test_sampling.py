@@ -93,8 +93,10 @@ def test_an_idle_run_is_stopped_at_the_first_sample_after_its_window_with_notice
     deadline = p.settings.data_dir / "instances" / inst / "run" / "DANLU_PREEMPT_DEADLINE"
     assert not deadline.exists() or deadline.read_text().strip()  # written where the backend binds it
     with p.db.read() as s:
-        ev = s.scalars(select(Event).where(Event.instance_id == inst)).one()
+        warning, ev = s.scalars(select(Event).where(Event.instance_id == inst).order_by(Event.id)).all()
     assert ev.kind == "idle_stop" and ev.user_id == ann.id and "stopped at" in ev.message
+    # Warned once, a quarter of the window (7 s) before: at the first sample 23 s into the idle streak.
+    assert warning.kind == "idle_warning" and "for 25 s; it will be stopped at about" in warning.message
     assert instances.show(p, ann, inst).stop_reason == got.stop_reason
 
 
@@ -208,7 +210,7 @@ def test_metrics_and_events_are_the_renters_alone(p: Platform, fake_clock: FakeC
     with pytest.raises(NotFound) as e:
         query.instance_metrics(p, eve, inst, 0)
     assert e.value.code == "instance_not_found"
-    assert [ev.kind for ev in feed.feed(p, ann)] == ["idle_stop"]
+    assert [ev.kind for ev in feed.feed(p, ann)] == ["idle_stop", "idle_warning"]  # newest first
     assert feed.feed(p, eve) == []
     # An account-wide event reaches the team's owners and admins, not its members.
     teams.create_team(p, ann, "lab")
@@ -216,7 +218,7 @@ def test_metrics_and_events_are_the_renters_alone(p: Platform, fake_clock: FakeC
     with p.db.write() as s:
         ba = teams.payer_named(s, ann, "lab")
         s.add(Event(user_id=None, billing_account_id=ba, kind="budget_threshold", message="80%", at_ms=1))
-    assert [ev.kind for ev in feed.feed(p, ann)] == ["budget_threshold", "idle_stop"]
+    assert [ev.kind for ev in feed.feed(p, ann)] == ["budget_threshold", "idle_stop", "idle_warning"]
     assert feed.feed(p, eve) == []
     newest = feed.feed(p, ann)[0].id
     assert feed.feed(p, ann, after=newest) == [] and len(feed.feed(p, ann, kind="idle_stop")) == 1
@@ -262,3 +264,15 @@ def test_the_example_grafana_dashboard_queries_only_series_the_server_exposes(p:
     for family in PlatformCollector(p).collect():
         exposed |= {family.name, f"{family.name}_total"} if family.type == "counter" else {family.name}
     assert used and used <= exposed, used - exposed
+
+
+def test_an_idle_warning_comes_once_per_idle_streak_before_the_stop(p: Platform, fake_clock: FakeClock) -> None:
+    ann = renter(p, "ann", "100.00")
+    inst = rent(p, ann, idle_s=60)  # warned 15 s before: at 45 s of idleness
+    loop = Loop(p, fake_clock)
+    # idle 50 s (warned at 45 s), busy once, idle 50 s (warned again), busy, then idle for good.
+    pattern = {11: BUSY, 22: BUSY}
+    assert steps_until_stopped(loop, inst, lambda k: pattern.get(k, IDLE), 60) == 22 + 60 // PERIOD_S
+    with p.db.read() as s:
+        kinds = [e.kind for e in s.scalars(select(Event).where(Event.instance_id == inst).order_by(Event.id))]
+    assert kinds == ["idle_warning", "idle_warning", "idle_warning", "idle_stop"]

@@ -54,7 +54,7 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     assert cli.json("ps", token=ann) == []  # a bad option rents nothing
 
     receiver = Receiver()  # ann's webhook, on this machine (the server allows private addresses here)
-    hook: Any = cli.json("webhook", "add", receiver.url, token=ann)
+    hook: Any = cli.json("webhook", "add", receiver.url, "--kind", "idle_stop", token=ann)
     assert hook["secret"].startswith("whsec_")
 
     idle_flags = ("--idle-stop", f"{WINDOW_S}s", "--idle-threshold", "5")
@@ -112,9 +112,10 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     assert row["id"] == busy["id"] and row["gpu_util_pct"] is not None and row["cost_per_hour"] == "36.00"
     assert busy["id"] in cli("top", "--once", token=ann).stdout
     feed: Any = cli.json("events", token=ann)
-    assert [e["kind"] for e in feed] == ["idle_stop"] and feed[0]["instance_id"] == sleeper["id"]
-    assert "stopped at" in feed[0]["message"]
-    # The same event reached ann's webhook, signed, from the server's own delivery thread.
+    assert [e["kind"] for e in feed] == ["idle_stop", "idle_warning"]  # newest first: warned, then stopped
+    assert feed[0]["instance_id"] == feed[1]["instance_id"] == sleeper["id"]
+    assert "stopped at" in feed[0]["message"] and "it will be stopped at about" in feed[1]["message"]
+    # The stop reached ann's webhook (of the kinds she asked for), signed, from the server's own thread.
     wait_for(lambda: receiver.got, timeout=30)
     [(headers, body)] = receiver.got
     assert json.loads(body)["kind"] == "idle_stop" and headers["x-danlu-event-id"] == str(feed[0]["id"])

@@ -39,6 +39,7 @@ from danlu.notify.signing import forbidden_address, next_retry_s, signature
 MAX_PER_USER = 10
 MAX_URL = 2048
 KINDS = (
+    "idle_warning",
     "idle_stop",
     "max_duration",
     "budget_threshold",

@@ -75,15 +75,23 @@ def overtime_reason(*, max_ms: int, running_since_ms: int, now_ms: int) -> str |
     return f"{OVERTIME} ran {ran} s of at most {max_ms // 1000} s; stopped at {iso(now_ms)}"
 
 
+def warn_lead_ms(window_ms: int) -> int:
+    """How long before an idle stop the renter is warned: a quarter of the window, at most 5 min."""
+    return min(300_000, window_ms // 4)
+
+
 @dataclass(frozen=True)
 class Verdict:
     instance_id: str
     handle: str
-    kind: str  # idle_stop | max_duration
+    kind: str  # idle_stop | max_duration | idle_warning
     reason: str
+    since_ms: int = 0  # idle_warning: when the idle streak began (one warning per streak)
 
 
 def verdicts(p: Platform, period_ms: int) -> list[Verdict]:
+    """Stops due now, and ``idle_warning`` verdicts for runs idle for all but the last
+    ``warn_lead_ms`` of their window."""
     now = p.clock.now_ms()
     with p.db.read() as s:
         runs = s.execute(
@@ -132,6 +140,26 @@ def verdicts(p: Platform, period_ms: int) -> list[Verdict]:
             )
         ):
             out.append(Verdict(r.id, r.run_handle, "idle_stop", why))
+        elif r.idle_stop_s and (lead := warn_lead_ms(r.idle_stop_s * 1000)) > 0:
+            window = r.idle_stop_s * 1000
+            mine = samples.get(r.id, [])
+            early = idle_reason(
+                mine,
+                window_ms=window - lead,
+                threshold_pm=r.idle_threshold_pm,
+                running_since_ms=r.started_at_ms,
+                now_ms=now,
+                period_ms=period_ms,
+            )
+            if early:
+                busy = [t for t, u in mine if u >= r.idle_threshold_pm]
+                since = max([r.started_at_ms, *busy])
+                stop_at = max(since, now - window + lead) + window
+                why = (
+                    f"idle: every GPU under {_pct(r.idle_threshold_pm)} for {(now - since) // 1000} s; it will be "
+                    f"stopped at about {iso(stop_at)} unless a GPU is used (its limit: --idle-stop {r.idle_stop_s}s)"
+                )
+                out.append(Verdict(r.id, r.run_handle, "idle_warning", why, since))
     return out
 
 
@@ -144,17 +172,28 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
             inst = s.get(Instance, v.instance_id, with_for_update=True, populate_existing=True)
             if inst is None or inst.status != Status.RUNNING.value or inst.run_handle != v.handle:
                 continue
+            if v.kind == "idle_warning":
+                warned = s.execute(
+                    select(Event.id).where(
+                        Event.instance_id == inst.id, Event.kind == "idle_warning", Event.at_ms > v.since_ms
+                    )
+                ).first()
+                if warned is None:  # once per idle streak
+                    s.add(_event(inst, v.kind, v.reason, p.clock.now_ms()))
+                continue
             handles.append(policy_stop(p, s, inst, v.reason))
-            s.add(
-                Event(
-                    user_id=inst.user_id,
-                    billing_account_id=inst.billing_account_id,
-                    instance_id=inst.id,
-                    kind=v.kind,
-                    message=f"{inst.id}: {v.reason}",
-                    at_ms=p.clock.now_ms(),
-                )
-            )
+            s.add(_event(inst, v.kind, v.reason, p.clock.now_ms()))
             stopped.append(inst.id)
     terminate_runs(p, handles)
     return stopped
+
+
+def _event(inst: Instance, kind: str, reason: str, now_ms: int) -> Event:
+    return Event(
+        user_id=inst.user_id,
+        billing_account_id=inst.billing_account_id,
+        instance_id=inst.id,
+        kind=kind,
+        message=f"{inst.id}: {reason}",
+        at_ms=now_ms,
+    )
