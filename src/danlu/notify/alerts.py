@@ -51,6 +51,8 @@ def low_balance(p: Platform, currency: str) -> int:
         ba for ba in warned_now if (end := ends.get(ba)) is None or end - now > 2 * LOW_BALANCE_WARN_S * 1000
     ]
     sent = 0
+    if not lasting and not [ba for ba in warn if ba not in warned_now]:
+        return 0  # nothing to say or clear: no write transaction (the meter runs every few seconds)
     with p.db.write() as s:
         for ba_id in lasting:
             row = s.get(BillingAccount, ba_id, with_for_update=True)
@@ -80,6 +82,18 @@ def low_balance(p: Platform, currency: str) -> int:
 def vouchers_expiring(p: Platform, currency: str) -> int:
     """Warn about each voucher with value left that expires within a day; returns how many."""
     now = p.clock.now_ms()
+    with p.db.read() as s:
+        due = s.execute(
+            select(VoucherGrant.id).where(
+                VoucherGrant.expired.is_(False),
+                VoucherGrant.expiry_warned_at_ms.is_(None),
+                VoucherGrant.expires_at_ms.is_not(None),
+                VoucherGrant.expires_at_ms > now,
+                VoucherGrant.expires_at_ms <= now + VOUCHER_WARN_S * 1000,
+            )
+        ).first()
+    if due is None:
+        return 0  # the usual case: no write transaction
     with p.db.write() as s:
         rows = s.execute(
             select(VoucherGrant, Account.balance_minor, VoucherCampaign.name)

@@ -41,6 +41,7 @@ class ControlLoop:
         self.next_meter_ms = 0
         self.next_sample_ms = 0
         self.next_fold_ms = 0
+        self.next_alerts_ms = 0
         self.sampler = Sampler(platform)
         self.ticks = 0
         self.leading = False  # this server holds the lease: it alone sends webhooks
@@ -73,7 +74,9 @@ class ControlLoop:
         if now >= self.next_meter_ms:
             report = self._phase("meter", lambda: meter_all(self.p))
             self._phase("invoices", lambda: finalize_due(self.p, now))  # months past their grace window
-            self._phase("alerts", lambda: alerts.run(self.p))  # low balance, vouchers expiring
+            if now >= self.next_alerts_ms:  # low balance, vouchers expiring: once a minute is soon enough
+                self._phase("alerts", lambda: alerts.run(self.p))
+                self.next_alerts_ms = now + 60_000
             interval_ms = int(self.p.settings.meter_interval_s * 1000)
             nxt = now + interval_ms
             if report is not None and report.next_exhaustion_ms is not None:

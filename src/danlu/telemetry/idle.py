@@ -168,17 +168,14 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
     handles: list[str | None] = []
     stopped = []
     for v in verdicts(p, period_ms):
+        if v.kind == "idle_warning" and _warned(p, v):
+            continue  # said already in this streak: no write transaction each tick
         with p.db.write() as s:
             inst = s.get(Instance, v.instance_id, with_for_update=True, populate_existing=True)
             if inst is None or inst.status != Status.RUNNING.value or inst.run_handle != v.handle:
                 continue
-            if v.kind == "idle_warning":
-                warned = s.execute(
-                    select(Event.id).where(
-                        Event.instance_id == inst.id, Event.kind == "idle_warning", Event.at_ms > v.since_ms
-                    )
-                ).first()
-                if warned is None:  # once per idle streak
+            if v.kind == "idle_warning":  # once per idle streak (checked again under the write lock)
+                if not _warned(p, v):
                     s.add(_event(inst, v.kind, v.reason, p.clock.now_ms()))
                 continue
             handles.append(policy_stop(p, s, inst, v.reason))
@@ -186,6 +183,18 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
             stopped.append(inst.id)
     terminate_runs(p, handles)
     return stopped
+
+
+def _warned(p: Platform, v: Verdict) -> bool:
+    with p.db.read() as s:
+        return (
+            s.execute(
+                select(Event.id).where(
+                    Event.instance_id == v.instance_id, Event.kind == "idle_warning", Event.at_ms > v.since_ms
+                )
+            ).first()
+            is not None
+        )
 
 
 def _event(inst: Instance, kind: str, reason: str, now_ms: int) -> Event:
