@@ -16,10 +16,9 @@ from typing import Any
 from danlu.advisor import memory
 from danlu.advisor.plans import PLAN_PRICERS, PlanContext, PlatformOffer, PlatformPlans, Source
 from danlu.advisor.timing import Measured, estimate_hours
-from danlu.advisor.workload import Workload
+from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import GpuModel, gpu_models
 from danlu.catalog.prices import PriceCatalog
-from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent, format_minor
 
 PLATFORM_PROVIDER = "this platform"
@@ -151,10 +150,8 @@ def rank_options(
     only_models: Sequence[str] | None = None,
 ) -> list[Option]:
     """All priced options, sorted: primary currency first, then fitting by (cost, hours), then the rest."""
-    if deadline_hours is not None and not deadline_hours > 0:
-        raise InvalidInput("invalid_deadline", "deadline must be a positive number of hours")
-    if not 0 <= preemption_overhead <= 5:
-        raise InvalidInput("invalid_preemption_overhead", "preemption overhead is a fraction between 0 and 5")
+    within("deadline", deadline_hours, 0, 1e6)
+    within("preemption_overhead", preemption_overhead, 0, 5, lo_open=False)
     models = gpu_models()
     primary = (primary_currency or next((s.currency for s in sources if s.platform), "USD")).upper()
     cache: dict[tuple[str, int], tuple[Workload, bool, memory.MemoryBreakdown, float, tuple[str, ...]]] = {}

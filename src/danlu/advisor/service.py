@@ -14,7 +14,7 @@ from danlu.advisor.plans import PlatformOffer, PlatformPlans, cost_minor, hours_
 from danlu.advisor.ranking import Option, catalog_sources, platform_sources, rank_options
 from danlu.advisor.rent_buy import BuyInputs, BuyResult, rent_or_buy
 from danlu.advisor.timing import Measured
-from danlu.advisor.workload import Workload
+from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import resolve_model
 from danlu.catalog.prices import PriceCatalog, models_matching, price_catalog
 from danlu.core.errors import InvalidInput
@@ -61,6 +61,8 @@ def advise(
     catalog = price_catalog()
     measured = None
     if measured_per_second is not None:
+        within("measured", measured_per_second, 1e-6, 1e12, lo_open=False)
+        within("measured_count", measured_gpu_count, 1, 4096, lo_open=False)
         if not measured_gpu:
             raise InvalidInput("missing_measured_gpu", "say which GPU the throughput was measured on (--measured-on)")
         measured = Measured(measured_per_second, resolve_model(measured_gpu), measured_gpu_count)
@@ -79,6 +81,25 @@ def advise(
         primary_currency=primary,
         only_models=models_matching(gpu) if gpu else None,
     )
+    if not options and deadline_hours is not None:
+        unbounded = rank_options(
+            workload,
+            sources,
+            measured=measured,
+            preemption_overhead=preemption_overhead,
+            primary_currency=primary,
+            only_models=models_matching(gpu) if gpu else None,
+        )
+        fastest = min((o for o in unbounded if o.fits), key=lambda o: o.hours, default=None)
+        what = (
+            f"the fastest option takes {fastest.hours:.3g} h "
+            f"({fastest.gpu_count}x {fastest.gpu_model}, {fastest.provider})"
+            if fastest
+            else "no option fits this workload at all"
+        )
+        raise InvalidInput(
+            "no_option_meets_deadline", f"nothing finishes within {deadline_hours:g} h: {what}; relax --deadline"
+        )
     return AdviceResult(options, primary, catalog, catalog.age_days(today))
 
 
@@ -87,8 +108,8 @@ def compare(gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False)
 
     ``price_per_hour`` is for ``count`` GPUs (whole instances: a 1-GPU need on an 8-GPU instance pays 8).
     """
-    if not hours > 0 or count < 1:
-        raise InvalidInput("invalid_compare_input", "hours must be greater than zero and count at least 1")
+    within("hours", hours, 0, 87_600, code="invalid_compare_input")  # ten years
+    within("count", count, 1, 4096, code="invalid_compare_input", lo_open=False)
     names = set(models_matching(gpu))
     rows = []
     for r in price_catalog().rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from danlu.core.errors import InvalidInput
@@ -104,6 +105,21 @@ def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
     raise InvalidInput(f"invalid_{field}", f"{field} {value!r} is not one of: {', '.join(allowed)}")
 
 
+def within(
+    name: str, value: float | None, lo: float, hi: float, *, code: str | None = None, lo_open: bool = True
+) -> None:
+    """``value`` (when given) is a finite number above ``lo`` (or from it) up to ``hi``; else a clear
+    ``invalid_<name>`` (inf, nan and 1e30 are input mistakes, not workloads)."""
+    if value is None:
+        return
+    above = value > lo if lo_open else value >= lo
+    if not (isinstance(value, int | float) and math.isfinite(value) and above and value <= hi):
+        bound = f"above {lo:g}" if lo_open else f"at least {lo:g}"
+        raise InvalidInput(
+            code or f"invalid_{name}", f"{name} must be a number {bound} and at most {hi:g} (got {value!r})"
+        )
+
+
 def build_workload(
     *,
     params: float | None = None,
@@ -156,9 +172,11 @@ def build_workload(
             raise InvalidInput(f"invalid_{name}", f"{name} must be a positive integer (got {value})")
     if tokens is None and samples is None:
         raise InvalidInput("missing_work", "say how much work: --tokens (e.g. 1e9) or --samples with --epochs")
-    for name, amount in (("tokens", tokens), ("samples", samples), ("epochs", epochs)):
-        if amount is not None and not amount > 0:
-            raise InvalidInput(f"invalid_{name}", f"{name} must be greater than zero")
+    within("tokens", tokens, 0, 1e16)
+    within("samples", samples, 0, 1e13)
+    within("epochs", epochs, 0, 1e5)
+    within("seq_len", seq_len, 1, 1 << 20, lo_open=False)
+    within("image_size", image_size, 1, 1 << 16, lo_open=False)
     arch = preset.arch if preset else generic_transformer(p)
     return Workload(
         params=p,

@@ -64,5 +64,11 @@ def resolve_model(name: str) -> GpuModel:
     for model in models.values():
         if model.name.upper() == key:
             return model
+    family = [m for m in models.values() if m.name.upper().startswith(key + "-")]
+    if len(family) == 1:
+        return family[0]
+    if family:
+        names = ", ".join(m.name for m in family)
+        raise InvalidInput("ambiguous_gpu_model", f"{name!r} is a family ({names}); name one of them")
     known = ", ".join(models)
     raise InvalidInput("unknown_gpu_model", f"unknown GPU model {name!r}; known models: {known}")

@@ -108,6 +108,8 @@ def advise(
     """Rank GPU options for a workload by total cost, with fit, memory and time."""
     if ctx.invoked_subcommand is not None:
         return
+    if top < 1:
+        fail("--top is the number of rows to show, at least 1 (--json prints them all)", "invalid_top")
     body: dict[str, Any] = {
         "params": params,
         "model": model,

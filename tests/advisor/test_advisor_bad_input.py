@@ -1,0 +1,53 @@
+"""The advisor's commands on hostile or absurd input (issue 11, "Bad input"): every one is a clear
+error with a stable code and a non-zero exit, never a traceback, a division by zero, a negative
+memory figure or an empty table that exits 0."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from danlu.cli.main import app as cli_app
+
+WORK = ["advise", "--params", "7e9", "--tokens", "1e9"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["compare", "--gpu", "A100", "--hours", "inf"], "invalid_compare_input"),
+        (["compare", "--gpu", "A100", "--hours", "nan"], "invalid_compare_input"),
+        (["compare", "--gpu", "A100", "--hours", "1e30"], "invalid_compare_input"),
+        (["advise", "--params", "7e9", "--tokens", "inf"], "invalid_tokens"),
+        (["advise", "--params", "7e9", "--tokens", "1e30"], "invalid_tokens"),
+        (["advise", "--params", "7e9", "--samples", "1e6", "--epochs", "nan"], "invalid_epochs"),
+        ([*WORK, "--measured", "1e-30", "--measured-on", "A100-80GB"], "invalid_measured"),
+        ([*WORK, "--measured", "inf", "--measured-on", "A100-80GB"], "invalid_measured"),
+        ([*WORK, "--measured", "100", "--measured-on", "A100-80GB", "--measured-count", "0"], "invalid_measured_count"),
+        ([*WORK, "--seq-len", "-5"], "invalid_seq_len"),
+        ([*WORK, "--image-size", "0"], "invalid_image_size"),
+        ([*WORK, "--deadline", "-1"], "invalid_deadline"),
+        ([*WORK, "--deadline", "0.0001"], "no_option_meets_deadline"),
+        ([*WORK, "--top", "0"], "invalid_top"),
+        ([*WORK, "--preemption-overhead", "inf"], "invalid_preemption_overhead"),
+        (["advise", "buy", "--gpu", "A100", "--purchase-price", "10000"], "ambiguous_gpu_model"),
+    ],
+)
+def test_bad_input_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, args: list[str], code: str) -> None:
+    monkeypatch.delenv("DANLU_URL", raising=False)
+    res = CliRunner().invoke(cli_app, args)
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert f"[{code}]" in res.stderr, res.stderr
+
+
+def test_a_deadline_nothing_meets_names_the_fastest_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DANLU_URL", raising=False)
+    res = CliRunner().invoke(cli_app, [*WORK, "--deadline", "0.0001"])
+    assert "the fastest option" in res.stderr and "relax --deadline" in res.stderr
+
+
+def test_a_family_with_one_model_resolves_for_buy_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DANLU_URL", raising=False)
+    res = CliRunner().invoke(cli_app, ["advise", "buy", "--gpu", "a100_80gb", "--purchase-price", "10000", "--json"])
+    assert res.exit_code == 0, res.output
