@@ -47,7 +47,7 @@ def test_a_deadline_nothing_meets_names_the_fastest_option(monkeypatch: pytest.M
     assert "the fastest option" in res.stderr and "relax --deadline" in res.stderr
 
 
-def test_a_family_with_one_model_resolves_for_buy_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_model_name_in_any_case_or_separator_resolves_for_buy_advice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DANLU_URL", raising=False)
     res = CliRunner().invoke(cli_app, ["advise", "buy", "--gpu", "a100_80gb", "--purchase-price", "10000", "--json"])
     assert res.exit_code == 0, res.output

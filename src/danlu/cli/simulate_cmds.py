@@ -16,6 +16,7 @@ from danlu.scheduling.traces import read_trace
 COLUMNS = [
     ("policy", "policy"),
     ("jobs_completed", "done"),
+    ("jobs_unfinished", "not done"),
     ("avg_jct_h", "avg JCT h"),
     ("p95_queue_delay_h", "p95 wait h"),
     ("makespan_h", "makespan h"),
@@ -41,10 +42,11 @@ def run_simulation(
     round_s: int | None = None,
     restart_overhead_s: int = 30,
     seed: int = 0,
+    estimate_missing: bool = False,
 ) -> list[dict[str, Any]]:
     prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
     setup = SimSetup(scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1])
-    requests = to_requests(setup, read_trace(trace), interruptible=interruptible)
+    requests = to_requests(setup, read_trace(trace), interruptible=interruptible, estimate_missing=estimate_missing)
     assumptions = [f"tariff {t.name!r} is a synthetic assumption" for t in prices.tariffs if t.synthetic]
     rows = []
     for name in policies:
@@ -99,6 +101,11 @@ def register(app: typer.Typer) -> None:
             30, "--restart-overhead-s", help="Work lost on each resume from a checkpoint (migration, preemption)."
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the random GPU-type pick of fifo/backfill."),
+        estimate_missing: bool = typer.Option(
+            False,
+            "--estimate-missing",
+            help="A job with no measured throughput for its GPU count: scale the nearest count (flagged).",
+        ),
         as_json: bool = JsonOpt,
     ) -> None:
         """Replay a trace through each policy and print one row per policy (and Gavel's reference)."""
@@ -115,6 +122,7 @@ def register(app: typer.Typer) -> None:
                 round_s=round_s,
                 restart_overhead_s=restart_overhead_s,
                 seed=seed,
+                estimate_missing=estimate_missing,
             )
         except DanluError as exc:
             fail(exc.message, exc.code)
@@ -129,3 +137,14 @@ def register(app: typer.Typer) -> None:
         print_table(rows + reference_rows(loaded, trace), COLUMNS, title=title)
         for note in rows[0]["assumptions"] if rows else []:
             console.print(f"note: {note} (no public time-of-day GPU price series exists)")
+        if rows and rows[0]["jobs_unplaceable"]:
+            ids = ", ".join(rows[0]["unplaceable"][:10])
+            console.print(
+                f"note: {rows[0]['jobs_unplaceable']} job(s) no host can ever hold (a gang wider than any host of "
+                f"their types, or no type they run on) were not queued: {ids}; averages cover finished jobs only"
+            )
+        if rows and rows[0]["jobs_estimated"]:
+            console.print(
+                f"note: {rows[0]['jobs_estimated']} job(s) had no measured throughput for their GPU count; their "
+                "durations scale the nearest measured count linearly (--estimate-missing), an optimistic estimate"
+            )

@@ -117,6 +117,7 @@ class Engine:
     _last_tick_ms: int | None = None
     _deferred: dict[str, int] = field(default_factory=dict)  # job id -> off-peak wake time
     _freed: bool = False  # some allocation ended since the last round
+    unplaceable: list[str] = field(default_factory=list)  # never submitted: no host can ever hold them
 
     def __post_init__(self) -> None:
         self._free = {h.id: h.free_gpus for h in self.hosts}

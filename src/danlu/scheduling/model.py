@@ -43,6 +43,7 @@ class JobRequest:
     max_price_minor: int | None = None  # per GPU-hour, before tariffs
     deadline_ms: int | None = None
     seq: int = 0  # arrival order tie-breaker
+    estimated: bool = False  # its durations are an explicit estimate (no measured throughput for it)
 
     def runnable_on(self, gpu_model: str) -> bool:
         return self.durations_ms.get(gpu_model, 0) > 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from danlu.billing.pricing import PriceBook
 from danlu.core.clock import FakeClock
+from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 from danlu.scheduling.engine import Engine, ExecEvent
 from danlu.scheduling.model import Host, JobRequest
@@ -73,11 +74,28 @@ class SimSetup:
     reference_model: str
 
 
-def to_requests(setup: SimSetup, trace: Iterable[TraceJob], interruptible: bool = False) -> list[JobRequest]:
+def to_requests(
+    setup: SimSetup, trace: Iterable[TraceJob], interruptible: bool = False, *, estimate_missing: bool = False
+) -> list[JobRequest]:
+    """The trace as job requests. A job measured in steps needs a throughput for its (job type, GPU
+    count), or a duration; without either it is an error naming it (a duration of 0 would make it
+    finish in 1 ms everywhere), unless ``estimate_missing``: then the same job type's throughput at
+    the nearest GPU count, scaled linearly (optimistic), and the request is flagged ``estimated``."""
     models = sorted({h.gpu_model for h in setup.hosts})
     out = []
     for seq, tj in enumerate(trace):
         rates = setup.throughputs.lookup(tj.job_type, tj.gpus) if tj.steps else None
+        estimated = False
+        if tj.steps and rates is None and not tj.duration_s > 0:
+            rates = estimate_rates(setup.throughputs, tj.job_type, tj.gpus) if estimate_missing else None
+            if rates is None:
+                raise InvalidInput(
+                    "missing_throughput",
+                    f"trace job {tj.id}: no measured throughput for ({tj.job_type}, {tj.gpus} GPUs) and no "
+                    "duration; add it to the throughput table, give the job a duration, or pass "
+                    "--estimate-missing to scale the nearest GPU count (flagged as an estimate)",
+                )
+            estimated = True
         if rates is not None:
             durations = durations_from_steps(tj.steps, rates, models)
         else:
@@ -95,9 +113,25 @@ def to_requests(setup: SimSetup, trace: Iterable[TraceJob], interruptible: bool 
                 interruptible=interruptible or tj.interruptible,
                 deadline_ms=None if tj.deadline_s is None else setup.start_ms + round(tj.deadline_s * 1000),
                 seq=seq,
+                estimated=estimated,
             )
         )
     return out
+
+
+def estimate_rates(table: ThroughputTable, job_type: str, gpus: int) -> dict[str, float] | None:
+    """The job type's steps/s at the nearest measured GPU count (the smaller on a tie), scaled
+    linearly to ``gpus``; None when the job type is not in the table at all."""
+    counts = sorted({n for t, n in table.rates if t == job_type}, key=lambda n: (abs(n - gpus), n))
+    if not counts:
+        return None
+    base = table.rates[(job_type, counts[0])]
+    return {model: rate * gpus / counts[0] for model, rate in base.items()}
+
+
+def placeable(hosts: Iterable[Host], request: JobRequest) -> bool:
+    """Whether some host could ever hold the whole gang on a type it can run on."""
+    return any(h.total_gpus >= request.gpus and request.runnable_on(h.gpu_model) for h in hosts)
 
 
 def simulate(
@@ -126,7 +160,9 @@ def simulate(
         notice_ms=notice_ms,
         restart_overhead_ms=restart_overhead_ms,
     )
-    pending = sorted(requests, key=lambda r: (r.submit_ms, r.seq))
+    engine.unplaceable = sorted(r.id for r in requests if not placeable(setup.hosts, r))
+    never = set(engine.unplaceable)  # reported, never queued: fifo would block behind them forever
+    pending = sorted((r for r in requests if r.id not in never), key=lambda r: (r.submit_ms, r.seq))
     i = 0
     while True:
         now = clock.now_ms()
@@ -159,8 +195,12 @@ def summarize(engine: Engine, setup: SimSetup, policy_name: str) -> dict[str, ob
     stats = engine.stats
     return {
         "policy": policy_name,
-        "jobs": len(jobs),
+        "jobs": len(jobs) + len(engine.unplaceable),
         "jobs_completed": len(done),
+        "jobs_unfinished": len(jobs) + len(engine.unplaceable) - len(done),
+        "jobs_unplaceable": len(engine.unplaceable),
+        "unplaceable": list(engine.unplaceable),
+        "jobs_estimated": sum(1 for j in jobs if j.request.estimated),
         "avg_jct_h": round(sum(jct) / len(jct) / MS_PER_H, 3) if jct else None,
         "p95_queue_delay_h": round(_p95(waits) / MS_PER_H, 3) if waits else None,
         "makespan_h": round(makespan / MS_PER_H, 3),
