@@ -51,3 +51,37 @@ def test_a_model_name_in_any_case_or_separator_resolves_for_buy_advice(monkeypat
     monkeypatch.delenv("DANLU_URL", raising=False)
     res = CliRunner().invoke(cli_app, ["advise", "buy", "--gpu", "a100_80gb", "--purchase-price", "10000", "--json"])
     assert res.exit_code == 0, res.output
+
+
+def test_a_fit_with_under_three_percent_left_is_flagged_tight_and_shown_in_the_cards_unit() -> None:
+    from danlu.advisor.memory import GB, MemoryBreakdown
+    from danlu.advisor.ranking import Option
+
+    def option(total_gb: float) -> Option:
+        mem = MemoryBreakdown(total_gb * GB, 0, 0, 0, 0)
+        return Option("A100-80GB", 1, True, "ddp", mem, 80 * 2**30 / GB, 1.0, 100, "USD", "p", "r", "on-demand", "",
+                      None, ())  # fmt: skip
+
+    tight = option(85.1).to_dict()  # 85.1 GB "fits" 80 GiB (85.9 GB) with 0.9 % left
+    assert tight["tight"] and tight["headroom_pct"] == 0.9
+    assert (tight["memory_gib"], tight["capacity_gib"]) == (79.26, 80.0)
+    roomy = option(60.0).to_dict()
+    assert not roomy["tight"] and roomy["headroom_pct"] == 30.2
+
+
+def test_the_advice_table_says_yes_no_or_tight_not_python_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DANLU_URL", raising=False)
+    res = CliRunner().invoke(cli_app, [*WORK, "--top", "40"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "True" not in res.stdout and "False" not in res.stdout and "GiB/GPU" in res.stdout
+
+
+def test_bf16_on_a_gpu_without_it_is_priced_and_labelled_as_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.delenv("DANLU_URL", raising=False)
+    res = CliRunner().invoke(cli_app, [*WORK, "--gpu", "V100", "--json"])
+    options = json.loads(res.stdout)
+    assert options and all("has no bf16: priced as fp16" in o["note"] for o in options if o["gpu_model"] == "V100")
+    a100 = json.loads(CliRunner().invoke(cli_app, [*WORK, "--gpu", "A100-80GB", "--json"]).stdout)
+    assert a100 and not any("bf16" in o["note"] for o in a100)

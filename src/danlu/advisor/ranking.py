@@ -43,13 +43,26 @@ class Option:
     as_of: str | None
     fixes: tuple[str, ...]
 
+    @property
+    def headroom(self) -> float:
+        return memory.headroom(self.memory.total, self.capacity_gb * memory.GB)
+
+    @property
+    def tight(self) -> bool:
+        """Fits with under ``memory.TIGHT_HEADROOM`` of the card left: flagged, not trusted."""
+        return self.fits and self.headroom < memory.TIGHT_HEADROOM
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpu_model": self.gpu_model,
             "gpu_count": self.gpu_count,
             "fits": self.fits,
+            "tight": self.tight,
+            "headroom_pct": round(100 * self.headroom, 1),
             "memory_gb": round(self.memory.total / memory.GB, 2),
             "capacity_gb": round(self.capacity_gb, 2),
+            "memory_gib": round(self.memory.total / memory.GIB, 2),
+            "capacity_gib": round(self.capacity_gb * memory.GB / memory.GIB, 2),
             "memory_breakdown_gb": self.memory.as_gb(),
             "sharding": self.sharding,
             "hours": round(self.hours, 2),
@@ -127,6 +140,22 @@ def catalog_sources(catalog: PriceCatalog) -> list[Source]:
     return out
 
 
+NO_BF16 = frozenset({"Volta", "Turing", "Pascal", "Maxwell", "Kepler"})  # no bf16 arithmetic (Ampere+ has it)
+
+
+def precision_on(w: Workload, gpu: GpuModel) -> Workload:
+    """The precision the run would really use there: bf16 asked on a GPU without bf16 is priced as
+    fp16 mixed precision (tensor cores where it has them), what a user would run instead, not at a
+    bf16 speed the card does not have."""
+    return w.with_(precision="fp16") if w.precision == "bf16" and gpu.architecture in NO_BF16 else w
+
+
+def precision_note(w: Workload, gpu: GpuModel) -> str:
+    if precision_on(w, gpu) is w:
+        return ""
+    return f"{gpu.name} ({gpu.architecture}) has no bf16: priced as fp16 mixed precision (use a GradScaler)"
+
+
 def _fit_config(w: Workload, gpu: GpuModel, n: int) -> tuple[Workload, bool]:
     """With sharding "auto" pick the lightest ZeRO stage that fits (none on one GPU)."""
     if w.sharding != "auto":
@@ -164,7 +193,7 @@ def rank_options(
         for n in counts:
             key = (gpu.name, n)
             if key not in cache:
-                cfg, ok = _fit_config(w, gpu, n)
+                cfg, ok = _fit_config(precision_on(w, gpu), gpu, n)
                 fixes = () if ok else tuple(memory.fixes(cfg, gpu, n))
                 cache[key] = (cfg, ok, memory.estimate(cfg, n), estimate_hours(cfg, gpu, n, measured), fixes)
             cfg, ok, mem, hours, fixes = cache[key]
@@ -185,7 +214,7 @@ def rank_options(
                     src.provider,
                     src.region,
                     quote.plan,
-                    quote.note,
+                    "; ".join(x for x in (precision_note(w, gpu), quote.note) if x),
                     src.as_of.isoformat() if src.as_of else None,
                     fixes,
                 )

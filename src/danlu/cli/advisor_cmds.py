@@ -29,8 +29,8 @@ prices_app = typer.Typer(help="The bundled public GPU price catalog: its age, an
 OPTION_COLUMNS = [
     ("gpu_model", "GPU"),
     ("gpu_count", "N"),
-    ("fits", "fits"),
-    ("memory_gb", "GB/GPU"),
+    ("fit", "fits"),
+    ("memory", "GiB/GPU"),
     ("hours", "hours"),
     ("cost", "cost"),
     ("currency", "cur"),
@@ -39,6 +39,14 @@ OPTION_COLUMNS = [
     ("plan", "plan"),
     ("fixes", "to fit"),
 ]
+
+
+def _fit_cells(o: dict[str, Any]) -> dict[str, str]:
+    """``yes``, ``no`` or ``tight (1.2% left)``, and memory as the card names it: 79.3/80 GiB."""
+    fit = "no" if not o["fits"] else (f"tight ({o.get('headroom_pct')}% left)" if o.get("tight") else "yes")
+    gib, cap = o.get("memory_gib"), o.get("capacity_gib")
+    mem = f"{gib:.1f}/{cap:.0f}" if gib is not None and cap is not None else str(o.get("memory_gb"))
+    return {"fit": fit, "memory": mem}
 
 
 def _today() -> Any:
@@ -156,7 +164,7 @@ def advise(
     if as_json:
         print_json(options)
         return
-    rows = [{**o, "fixes": "; ".join(o["fixes"][:2])} for o in options[:top]]
+    rows = [{**o, **_fit_cells(o), "fixes": "; ".join(o["fixes"][:2])} for o in options[:top]]
     print_table(rows, OPTION_COLUMNS, title=f"advice ({len(options)} options; {meta['currency_note']})")
 
 

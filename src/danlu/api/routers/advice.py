@@ -113,8 +113,12 @@ class OptionOut(BaseModel):
     gpu_model: str
     gpu_count: int
     fits: bool
+    tight: bool = Field(description="fits with under 3 % of the card's memory left: expect out-of-memory")
+    headroom_pct: float = Field(description="the card's memory left, percent (negative: does not fit)")
     memory_gb: float
     capacity_gb: float
+    memory_gib: float = Field(description="per GPU, in GiB: the unit of the card's name (A100-80GB = 80 GiB)")
+    capacity_gib: float
     memory_breakdown_gb: dict[str, float]
     sharding: str
     hours: float
