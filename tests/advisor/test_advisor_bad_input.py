@@ -85,3 +85,13 @@ def test_bf16_on_a_gpu_without_it_is_priced_and_labelled_as_fp16(monkeypatch: py
     assert options and all("has no bf16: priced as fp16" in o["note"] for o in options if o["gpu_model"] == "V100")
     a100 = json.loads(CliRunner().invoke(cli_app, [*WORK, "--gpu", "A100-80GB", "--json"]).stdout)
     assert a100 and not any("bf16" in o["note"] for o in a100)
+
+
+def test_compare_puts_n_gpus_on_one_machine_unless_asked_otherwise() -> None:
+    from danlu.advisor import service
+
+    one = service.compare("A100-80GB", hours=1, count=4)
+    assert one and all(r["machines"] == 1 and r["gpus_billed"] >= 4 for r in one)
+    several = service.compare("A100-80GB", hours=1, count=4, multi_machine=True)
+    assert any(r["machines"] == 4 and r["gpus_billed"] == 4 for r in several)  # four 1-GPU machines: only if asked
+    assert len(several) > len(one)

@@ -103,12 +103,17 @@ def advise(
     return AdviceResult(options, primary, catalog, catalog.age_days(today))
 
 
-def compare(gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False) -> list[dict[str, Any]]:
+def compare(
+    gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False, multi_machine: bool = False
+) -> list[dict[str, Any]]:
     """Public catalog rows for ``gpu`` (a model or a family), cheapest total first.
 
-    ``price_per_hour`` is for ``count`` GPUs (whole instances: a 1-GPU need on an 8-GPU instance pays 8).
+    ``count`` GPUs on **one machine** (what a multi-GPU job needs, and what ``advise`` assumes):
+    instances with fewer GPUs are left out. ``multi_machine`` also offers several smaller
+    instances (``machines`` of them), for work that needs no fast link between its GPUs.
+    ``price_per_hour`` is for whole instances: a 1-GPU need on an 8-GPU instance pays 8.
     """
-    within("hours", hours, 0, 87_600, code="invalid_compare_input")  # ten years
+    within("hours", hours, 0, 1e6, code="invalid_compare_input")
     within("count", count, 1, 4096, code="invalid_compare_input", lo_open=False)
     names = set(models_matching(gpu))
     rows = []
@@ -118,7 +123,10 @@ def compare(gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False)
         rate = r.spot_per_gpu_hour if spot else r.price_per_gpu_hour
         if rate is None:
             continue
-        billed = -(-count // r.gpus) * r.gpus
+        machines = -(-count // r.gpus)
+        if machines > 1 and not multi_machine:
+            continue  # N single-GPU machines are not one N-GPU machine
+        billed = machines * r.gpus
         per_hour = rate * billed
         total = cost_minor(rate, hours_decimal(hours) * billed, r.currency)
         rows.append(
@@ -128,6 +136,7 @@ def compare(gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False)
                 "gpu_model": r.gpu_model,
                 "instance_type": r.instance_type,
                 "gpus_billed": billed,
+                "machines": machines,
                 "price_per_hour": str(per_hour.normalize()) if per_hour else "0",
                 "total": format_minor(total, r.currency),
                 "currency": r.currency,
@@ -141,9 +150,10 @@ def compare(gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False)
         del row["_total_minor"]
     if not rows:
         kind = "spot" if spot else "on-demand"
+        where = "" if multi_machine or count == 1 else f" on one machine with {count} GPUs (--multi-machine: several)"
         raise InvalidInput(
             "no_prices",
-            f"the price catalog has no {kind} prices for {gpu!r}; try another GPU"
+            f"the price catalog has no {kind} prices for {gpu!r}{where}; try another GPU"
             + (" or drop --spot" if spot else ""),
         )
     return rows

@@ -292,11 +292,14 @@ def compare(
     count: int = typer.Option(1, help="GPUs needed."),
     hours: float = typer.Option(1.0, help="Hours of use."),
     spot: bool = typer.Option(False, "--spot", help="Spot/interruptible prices only."),
+    multi_machine: bool = typer.Option(
+        False, "--multi-machine", help="Also several smaller instances (default: all GPUs on one machine)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Rank public providers for a GPU from the bundled, dated price catalog (offline)."""
     try:
-        rows = service.compare(gpu, hours=hours, count=count, spot=spot)
+        rows = service.compare(gpu, hours=hours, count=count, spot=spot, multi_machine=multi_machine)
         cat = price_catalog()
     except DanluError as exc:
         fail(exc.message, exc.code)
@@ -309,6 +312,8 @@ def compare(
             ("provider", "provider"),
             ("region", "region"),
             ("gpu_model", "GPU"),
+            ("instance_type", "instance"),
+            ("machines", "machines"),
             ("gpus_billed", "GPUs billed"),
             ("price_per_hour", "per hour"),
             ("total", "total"),

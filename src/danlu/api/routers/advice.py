@@ -179,6 +179,7 @@ class CompareRow(BaseModel):
     gpu_model: str
     instance_type: str
     gpus_billed: int
+    machines: int = Field(description="instances: 1 unless multi_machine")
     price_per_hour: str
     total: str
     currency: str
@@ -192,8 +193,10 @@ def get_compare(
     hours: Annotated[float, Query(ge=1e-3, le=1e6, allow_inf_nan=False)] = 1.0,
     count: Annotated[int, Query(ge=1, le=MAX_GPUS)] = 1,
     spot: bool = False,
+    multi_machine: Annotated[bool, Query(description="also several smaller instances (default: one machine)")] = False,
 ) -> list[CompareRow]:
-    return [CompareRow(**r) for r in service.compare(gpu, hours=hours, count=count, spot=spot)]
+    rows = service.compare(gpu, hours=hours, count=count, spot=spot, multi_machine=multi_machine)
+    return [CompareRow(**r) for r in rows]
 
 
 Percent = Annotated[float, Field(ge=0, lt=100, allow_inf_nan=False)]
