@@ -31,6 +31,7 @@ WORK = ["advise", "--params", "7e9", "--tokens", "1e9"]
         ([*WORK, "--top", "0"], "invalid_top"),
         ([*WORK, "--preemption-overhead", "inf"], "invalid_preemption_overhead"),
         (["advise", "buy", "--gpu", "A100", "--purchase-price", "10000"], "ambiguous_gpu_model"),
+        ([*WORK, "--gpu", "B200"], "no_priced_option"),  # known, but no price anywhere: not an empty table
     ],
 )
 def test_bad_input_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, args: list[str], code: str) -> None:
@@ -95,3 +96,20 @@ def test_compare_puts_n_gpus_on_one_machine_unless_asked_otherwise() -> None:
     several = service.compare("A100-80GB", hours=1, count=4, multi_machine=True)
     assert any(r["machines"] == 4 and r["gpus_billed"] == 4 for r in several)  # four 1-GPU machines: only if asked
     assert len(several) > len(one)
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "model", "vram_gb"),
+    [
+        ("NVIDIA B200", "B200", 180),
+        ("NVIDIA GH200 480GB", "GH200", 144),  # not the H200 row, whose pattern it also contains
+        ("NVIDIA H200", "H200", 141),
+        ("NVIDIA RTX A6000", "RTX-A6000", 48),
+    ],
+)
+def test_newer_and_workstation_gpus_are_known(nvml_name: str, model: str, vram_gb: int) -> None:
+    from danlu.catalog.gpu_models import model_for_nvml_name, resolve_model
+
+    found = model_for_nvml_name(nvml_name)
+    assert found is not None and (found.name, found.vram_gb) == (model, vram_gb)
+    assert resolve_model(model.lower()).name == model

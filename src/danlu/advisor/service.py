@@ -81,6 +81,12 @@ def advise(
         primary_currency=primary,
         only_models=models_matching(gpu) if gpu else None,
     )
+    if not options and deadline_hours is None:
+        what = f"{gpu!r}" if gpu else "any GPU"
+        raise InvalidInput(
+            "no_priced_option",
+            f"no price is known for {what} in the catalog or this platform's offers; try another --gpu",
+        )
     if not options and deadline_hours is not None:
         unbounded = rank_options(
             workload,
