@@ -72,9 +72,10 @@ def test_a_fit_with_under_three_percent_left_is_flagged_tight_and_shown_in_the_c
 
 def test_the_advice_table_says_yes_no_or_tight_not_python_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DANLU_URL", raising=False)
-    res = CliRunner().invoke(cli_app, [*WORK, "--top", "40"], env={"COLUMNS": "200"})
+    res = CliRunner().invoke(cli_app, [*WORK, "--top", "40"])
     assert res.exit_code == 0, res.output
-    assert "True" not in res.stdout and "False" not in res.stdout and "GiB/GPU" in res.stdout
+    assert "True" not in res.stdout and "False" not in res.stdout
+    assert "GiB/" in res.stdout  # the header, wrapped or not at the console's width
 
 
 def test_bf16_on_a_gpu_without_it_is_priced_and_labelled_as_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
