@@ -144,7 +144,7 @@ def test_simulated_utilisation_is_the_runs_share_of_its_allotted_cores(p: Platfo
     loop = Loop(p, fake_clock)
     with p.db.read() as s:
         sandbox_json = s.execute(select(Instance.sandbox_json).where(Instance.id == inst)).scalar_one()
-    from danlu.telemetry.sampler import _allotted_cores
+    from danlu.telemetry.sampler import allotted_cores as _allotted_cores
 
     cores = _allotted_cores(sandbox_json, 1)
     loop.step({inst: cores * PERIOD_S * 0.25})  # a quarter of its cores for the period

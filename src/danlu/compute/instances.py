@@ -37,7 +37,8 @@ from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, Event, Gpu, Hold, Instance, InstanceEvent, Price, User
+from danlu.db.models import Allocation, Gpu, Hold, Instance, InstanceEvent, Price, User
+from danlu.notify.feed import instance_event
 from danlu.telemetry.limits import RunLimits
 
 MAX_COMMAND_ARGS = 256
@@ -500,17 +501,9 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     _move_gpus(s, inst, old, notice)
     inst.kill_after_ms = deadline_ms
     write_preempt_deadline(p, inst.id, deadline_ms)
-    s.add(
-        Event(
-            user_id=inst.user_id,
-            billing_account_id=inst.billing_account_id,
-            instance_id=inst.id,
-            kind="preemption_notice",
-            message=f"{inst.id}: {reason}; save a checkpoint and exit by {iso(deadline_ms)} "
-            "(SIGTERM now; $DANLU_PREEMPT_FILE holds the deadline)",
-            at_ms=now,
-        )
-    )
+    told = f"{reason}; save a checkpoint and exit by {iso(deadline_ms)} "
+    told += "(SIGTERM now; $DANLU_PREEMPT_FILE holds the deadline)"
+    s.add(instance_event(inst, "preemption_notice", told, now))
     return inst.run_handle
 
 

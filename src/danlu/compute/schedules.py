@@ -21,7 +21,8 @@ from danlu.compute.timetable import Timetable, days_text, parse_time
 from danlu.compute.views import get_owned
 from danlu.context import Platform
 from danlu.core.errors import DanluError, NotFound
-from danlu.db.models import Event, Instance, InstanceSchedule, User
+from danlu.db.models import Instance, InstanceSchedule, User
+from danlu.notify.feed import instance_event
 
 
 @dataclass(frozen=True)
@@ -100,17 +101,6 @@ def schedule_of(p: Platform, instance_id: str) -> ScheduleView | None:
         return view_of(p, row, p.clock.now_ms()) if row is not None else None
 
 
-def _event(inst: Instance, kind: str, message: str, now: int) -> Event:
-    return Event(
-        user_id=inst.user_id,
-        billing_account_id=inst.billing_account_id,
-        instance_id=inst.id,
-        kind=kind,
-        message=f"{inst.id}: {message}",
-        at_ms=now,
-    )
-
-
 def run_due(p: Platform) -> list[tuple[str, str, str]]:
     """Act on every schedule whose next boundary has come; returns (instance, action, outcome)."""
     now = p.clock.now_ms()
@@ -147,11 +137,11 @@ def _act(p: Platform, instance_id: str, acted_until: int, now: int, tz: ZoneInfo
             s.delete(row)
             return None
         what = f"scheduled {action} ({tt.describe(p.settings.timezone)})"
-        if action == "stop" and inst.status in (Status.RUNNING.value, Status.PENDING.value):
-            if inst.status == Status.PENDING.value:
-                return action, "pending: left to start"  # a launch in flight; the next boundary decides
+        if action == "stop" and inst.status == Status.PENDING.value:
+            return action, "pending: left to start"  # a launch in flight; the next boundary decides
+        if action == "stop" and inst.status == Status.RUNNING.value:
             handle = instances.policy_stop(p, s, inst, what)
-            s.add(_event(inst, "schedule_stop", what, now))
+            s.add(instance_event(inst, "schedule_stop", what, now))
         elif action == "start" and Status(inst.status) in KEEPS_WORKSPACE:
             start_for = s.get(User, inst.user_id)
         else:
@@ -166,11 +156,11 @@ def _act(p: Platform, instance_id: str, acted_until: int, now: int, tz: ZoneInfo
         with p.db.write() as s:
             inst = s.get(Instance, instance_id)
             if inst is not None:
-                s.add(_event(inst, "schedule_failed", f"{what} failed: {exc.message}", now))
+                s.add(instance_event(inst, "schedule_failed", f"{what} failed: {exc.message}", now))
         return "start", f"failed: {exc.code}"
     with p.db.write() as s:
         inst = s.get(Instance, instance_id)
         if inst is not None:
-            s.add(_event(inst, "schedule_start", what, now))
+            s.add(instance_event(inst, "schedule_start", what, now))
     p.wake_loop()
     return "start", "started"

@@ -122,8 +122,8 @@ class Engine:
     _last_tick_ms: int | None = None
     _deferred: dict[str, int] = field(default_factory=dict)  # job id -> off-peak wake time
     _freed: bool = False  # some allocation ended since the last round
-    _pinned: dict[str, int] = field(default_factory=dict)  # migrated job -> until when it waits for its target
-    _unpinned: dict[str, dict[str, int]] = field(default_factory=dict)  # its durations on every type
+    # a job moved twice -> until when it waits for its target, and its durations on every type
+    _pinned: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
     unplaceable: list[str] = field(default_factory=list)  # never submitted: no host can ever hold them
 
     def __post_init__(self) -> None:
@@ -147,9 +147,8 @@ class Engine:
         self._last_tick_ms = now
         for job_id in [j for j, until in self._deferred.items() if until <= now]:
             del self._deferred[job_id]
-        for job_id in [j for j, until in self._pinned.items() if until <= now or j not in self._queue]:
-            del self._pinned[job_id]  # its target stayed taken: any type again
-            full = self._unpinned.pop(job_id)
+        for job_id in [j for j, (until, _) in self._pinned.items() if until <= now or j not in self._queue]:
+            _, full = self._pinned.pop(job_id)  # started, or its target stayed taken: any type again
             if job_id in self._queue:
                 self._queue[job_id] = replace(self._queue[job_id], durations_ms=full)
         deferred = self._deferred
@@ -270,8 +269,7 @@ class Engine:
                 # next round moves it again (51,925 migrations for 951 jobs on a real trace). The
                 # first move stays free to land elsewhere: pinning it too cost gavel48's closed
                 # batch 0.3 h of makespan (19.35 -> 19.65 h).
-                self._pinned[job_id] = at_ms + PIN_MS
-                self._unpinned[job_id] = durations
+                self._pinned[job_id] = (at_ms + PIN_MS, durations)
                 durations = {target: durations[target]}
             self._queue[job_id] = replace(state.request, durations_ms=durations)
         else:

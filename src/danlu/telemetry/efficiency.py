@@ -4,8 +4,6 @@ them in the event feed once per run (``efficiency_hint``)."""
 
 from __future__ import annotations
 
-import json
-
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
@@ -13,17 +11,9 @@ from danlu.catalog.gpu_models import gpu_models
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.db.models import Allocation, Event, Instance, MetricSample, Price
+from danlu.notify.feed import instance_event
 from danlu.telemetry.hints import WINDOW_S, Measured, advise
-
-RUN = -1
-
-
-def _cores(inst: Instance) -> float:
-    try:
-        milli = int(json.loads(inst.sandbox_json).get("cpus_milli") or 0) if inst.sandbox_json else 0
-    except (ValueError, AttributeError):
-        milli = 0
-    return milli / 1000 if milli > 0 else float(max(1, inst.gpu_count))
+from danlu.telemetry.sampler import RUN, allotted_cores
 
 
 def measure(s: Session, inst: Instance, now_ms: int) -> Measured:
@@ -39,7 +29,7 @@ def measure(s: Session, inst: Instance, now_ms: int) -> Measured:
         .where(MetricSample.instance_id == inst.id, MetricSample.res == "raw", MetricSample.at_ms > since)
         .group_by(MetricSample.gpu_index)
     ).all()
-    cores = _cores(inst)
+    cores = allotted_cores(inst.sandbox_json, inst.gpu_count)
     run = next((r for r in rows if r[0] == RUN), None)
     gpus = [r for r in rows if r[0] != RUN]
     util = sum(float(r[1] or 0) for r in gpus) / len(gpus) / 10 if gpus else 0.0
@@ -60,13 +50,17 @@ def _prices(s: Session) -> dict[str, int]:
     return {m: int(v) for m, v in s.execute(select(Price.gpu_model, Price.price_per_hour_minor)).all()}
 
 
+def _hints(s: Session, instance_id: str, now_ms: int, prices: dict[str, int]) -> list[str]:
+    inst = s.get(Instance, instance_id)
+    if inst is None or inst.status != Status.RUNNING.value:
+        return []
+    return advise(measure(s, inst, now_ms), gpu_models(), prices)
+
+
 def hints_for(p: Platform, instance_id: str) -> list[str]:
     """The hints a running instance's samples give now ([] when stopped or using its GPUs well)."""
     with p.db.read() as s:
-        inst = s.get(Instance, instance_id)
-        if inst is None or inst.status != Status.RUNNING.value:
-            return []
-        return advise(measure(s, inst, p.clock.now_ms()), gpu_models(), _prices(s))
+        return _hints(s, instance_id, p.clock.now_ms(), _prices(s))
 
 
 def emit(p: Platform) -> int:
@@ -75,17 +69,14 @@ def emit(p: Platform) -> int:
     now = p.clock.now_ms()
     added = 0
     with p.db.read() as s:
-        running = list(
-            s.execute(
-                select(Instance.id, Allocation.started_at_ms)
-                .join(Allocation, Allocation.id == Instance.current_allocation_id)
-                .where(Instance.status == Status.RUNNING.value, Allocation.started_at_ms <= now - WINDOW_S * 1000)
-            )
-        )
-    for instance_id, run_start in running:
-        hints = hints_for(p, instance_id)
-        if not hints:
-            continue
+        running = s.execute(
+            select(Instance.id, Allocation.started_at_ms)
+            .join(Allocation, Allocation.id == Instance.current_allocation_id)
+            .where(Instance.status == Status.RUNNING.value, Allocation.started_at_ms <= now - WINDOW_S * 1000)
+        ).all()
+        prices = _prices(s) if running else {}
+        hinted = [(i, start, h) for i, start in running if (h := _hints(s, i, now, prices))]
+    for instance_id, run_start, hints in hinted:
         with p.db.write() as s:
             said = s.execute(
                 select(Event.id).where(
@@ -95,15 +86,6 @@ def emit(p: Platform) -> int:
             inst = s.get(Instance, instance_id)
             if said is not None or inst is None:
                 continue
-            s.add(
-                Event(
-                    user_id=inst.user_id,
-                    billing_account_id=inst.billing_account_id,
-                    instance_id=instance_id,
-                    kind="efficiency_hint",
-                    message=f"{instance_id}: " + "; ".join(hints),
-                    at_ms=now,
-                )
-            )
+            s.add(instance_event(inst, "efficiency_hint", "; ".join(hints), now))
             added += 1
     return added

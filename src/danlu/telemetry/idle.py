@@ -22,6 +22,7 @@ from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.db.models import Allocation, Event, Instance, MetricSample
+from danlu.notify.feed import instance_event
 
 IDLE = "idle:"
 OVERTIME = "maximum duration:"
@@ -176,10 +177,10 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
                 continue
             if v.kind == "idle_warning":  # once per idle streak (checked again under the write lock)
                 if not _warned(p, v):
-                    s.add(_event(inst, v.kind, v.reason, p.clock.now_ms()))
+                    s.add(instance_event(inst, v.kind, v.reason, p.clock.now_ms()))
                 continue
             handles.append(policy_stop(p, s, inst, v.reason))
-            s.add(_event(inst, v.kind, v.reason, p.clock.now_ms()))
+            s.add(instance_event(inst, v.kind, v.reason, p.clock.now_ms()))
             stopped.append(inst.id)
     terminate_runs(p, handles)
     return stopped
@@ -195,14 +196,3 @@ def _warned(p: Platform, v: Verdict) -> bool:
             ).first()
             is not None
         )
-
-
-def _event(inst: Instance, kind: str, reason: str, now_ms: int) -> Event:
-    return Event(
-        user_id=inst.user_id,
-        billing_account_id=inst.billing_account_id,
-        instance_id=inst.id,
-        kind=kind,
-        message=f"{inst.id}: {reason}",
-        at_ms=now_ms,
-    )

@@ -99,7 +99,7 @@ class Sampler:
             if prev is None or prev.handle != r.run_handle or now <= prev.at_ms:
                 report.primed += 1
                 continue
-            cores = _allotted_cores(r.sandbox_json, r.gpu_count)
+            cores = allotted_cores(r.sandbox_json, r.gpu_count)
             cpu_pm = max(0, round(1000 * (used.cpu_s - prev.cpu_s) / ((now - prev.at_ms) / 1000) / cores))
             run_row = _row(r.id, RUN, now, cpu_pm, used.rss_bytes >> 20, None, None, False)
             run_row["disk_mb"] = None if used.disk_bytes is None else used.disk_bytes >> 20
@@ -122,7 +122,7 @@ class Sampler:
         return report
 
 
-def _allotted_cores(sandbox_json: str, gpu_count: int) -> float:
+def allotted_cores(sandbox_json: str, gpu_count: int) -> float:
     """The cores a run may use: its cgroup quota (``cpus_milli``), else one per GPU."""
     try:
         milli = int(json.loads(sandbox_json).get("cpus_milli") or 0) if sandbox_json else 0
