@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= .danlu
 PORT ?= 8000
 
-.PHONY: run test lint typecheck bench clean system-deps drill fuzz
+.PHONY: run test lint typecheck bench clean system-deps drill fuzz slurm-dev slurm-dev-stop
 
 # The sandbox's Debian packages (bubblewrap, slirp4netns, nftables …), where missing and installable.
 system-deps:
@@ -29,6 +29,7 @@ run: $(STAMP) system-deps
 # longer reads).
 TEST_WORKERS ?= 3
 test: $(STAMP) system-deps
+	@tools/install-system-deps.sh slurmctld:slurm-wlm munged:munge   # the Slurm tests' development cluster
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
@@ -56,6 +57,14 @@ KILLS ?= 100
 SEED ?= 1
 drill: $(STAMP) system-deps
 	$(BIN)/python tools/kill_drill.py --kills $(KILLS) --seed $(SEED)
+
+# A single-node development Slurm cluster (slurm-wlm 22.05; state, config and logs in
+# DANLU_SLURM_DIR, default /var/tmp/danlu-slurm); prints the danlu server flags that use it.
+slurm-dev:
+	@tools/slurm-dev.sh start
+
+slurm-dev-stop:
+	@tools/slurm-dev.sh stop
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,7 @@ from danlu.compute.backends.base import RUNNING, RunSpec, RunState, RunUsage
 
 class RecordingBackend:
     name = "recording"
+    starts_before_record = False
 
     def __init__(self) -> None:
         self.launched: list[RunSpec] = []
@@ -37,6 +38,15 @@ class RecordingBackend:
     def start(self, handle: str) -> None:
         self._launched(handle)
         self.started.append(handle)
+
+    def cancel(self, handle: str) -> None:
+        return None
+
+    def unavailable(self) -> None:
+        return None
+
+    def ref(self, handle: str) -> str:
+        return f"recording:{handle}"
 
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
         return {h: self.states.get(h, RunState("lost")) for h in handles}

@@ -502,6 +502,9 @@ class InstanceOut(BaseModel):
     hints: list[str] = Field(
         default_factory=list, description="efficiency hints from the last 10 minutes' samples; `show` only"
     )
+    backend_ref: str | None = Field(
+        None, description="where its current or last run is: slurm:JOBID on a Slurm cluster, local:PID; `show` only"
+    )
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:
@@ -536,6 +539,7 @@ class InstanceOut(BaseModel):
             idle_threshold=f"{v.idle_threshold_pm // 10}.{v.idle_threshold_pm % 10}",
             max_duration_s=v.max_duration_s,
             stop_reason=v.stop_reason,
+            backend_ref=v.backend_ref,
         )
 
 

@@ -136,6 +136,8 @@ def show(
             console.print(f"{label:>12}: {v[key]}{extra}", markup=False, highlight=False)
     if v.get("stop_reason") and not str(v.get("status_reason", "")).startswith(v["stop_reason"]):
         console.print(f"{'stopped':>12}: {v['stop_reason']}", markup=False, highlight=False)
+    if v.get("backend_ref"):
+        console.print(f"{'runs on':>12}: {v['backend_ref']}", markup=False, highlight=False)
     for hint in v.get("hints") or []:
         console.print(f"{'hint':>12}: {hint}", markup=False, highlight=False)
     if v.get("schedule"):

@@ -82,6 +82,22 @@ def server(
     webhook_allow_private: bool = typer.Option(
         False, "--webhook-allow-private", help="Let renters' webhooks reach private and loopback addresses."
     ),
+    backend_name: str = typer.Option(
+        "local", "--backend", help="Where runs execute: local (this machine's GPUs) or slurm (a Slurm cluster's)."
+    ),
+    slurm_conf: Path = typer.Option(None, "--slurm-conf", help="slurm.conf of the cluster (default: Slurm's own)."),
+    slurm_partition: str = typer.Option("", "--slurm-partition", help="Partition for on-demand runs."),
+    slurm_spot_partition: str = typer.Option(
+        "", "--slurm-spot-partition", help="Partition for interruptible runs (default: --slurm-partition)."
+    ),
+    slurm_gpu_model: list[str] = typer.Option(
+        [], "--slurm-gpu-model", help="GRES type = catalog model, e.g. a100=A100-80GB (repeatable)."
+    ),
+    slurm_fake_gpus: bool = typer.Option(
+        False,
+        "--slurm-fake-gpus",
+        help="The cluster's GPU GRES are not real GPUs (a development cluster): list them simulated.",
+    ),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
     # Heavy imports (SQLAlchemy, Alembic, uvicorn) only when the server really starts, so that
@@ -89,6 +105,9 @@ def server(
     import uvicorn
 
     from danlu.api.app import create_app
+    from danlu.compute.backends.base import Backend
+    from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, parse_gpu_models
+    from danlu.compute.backends.slurm import discover as discover_slurm
     from danlu.compute.gpus import discover_nvml, parse_simulated_spec
     from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
     from danlu.context import Platform, Settings
@@ -106,7 +125,24 @@ def server(
     data_dir.mkdir(parents=True, exist_ok=True)
     url = db or f"sqlite:///{data_dir / 'danlu.db'}"
     try:
-        if simulate_gpus:
+        if backend_name not in ("local", "slurm"):
+            raise DanluError("invalid_backend", f"--backend is local or slurm, not {backend_name!r}")
+        slurm = None
+        if backend_name == "slurm":
+            slurm_config = SlurmConfig(
+                conf=slurm_conf.resolve() if slurm_conf else None,
+                partition=slurm_partition,
+                spot_partition=slurm_spot_partition or slurm_partition,
+            )
+            gres_models = parse_gpu_models(slurm_gpu_model)
+            gpus, slurm_config.gres_types = discover_slurm(
+                SlurmCli(slurm_config), gres_models, simulated=slurm_fake_gpus
+            )
+            gpu_note = f"Slurm GRES of {len({g.host for g in gpus})} node(s)" + (
+                " — SIMULATED (--slurm-fake-gpus: the cluster's GPU devices are not real)" if slurm_fake_gpus else ""
+            )
+            slurm = slurm_config
+        elif simulate_gpus:
             gpus = parse_simulated_spec(simulate_gpus, "local")
             gpu_note = f"simulated GPUs ({simulate_gpus}) as requested by --simulate-gpus"
         else:
@@ -125,11 +161,13 @@ def server(
         dir_lock.acquire()
         uid_first, uid_count = parse_uid_range(sandbox_uids)
         try:
-            backend, sandbox = make_local_backend(
+            local, sandbox = make_local_backend(
                 data_dir, no_sandbox=no_sandbox, cgroups=cgroups, network=network or "auto"
             )
         except (OSError, ValueError) as exc:
             raise DanluError("sandbox_setup", str(exc)) from None
+        # Slurm: the same sandbox, made inside each Slurm job on its node
+        backend: Backend = local if slurm is None else SlurmBackend(data_dir, slurm, sandboxed=sandbox.sandboxed)
         host_settings = host_flags(cpus_per_gpu, mem_per_gpu, disk_per_gpu, pids_per_gpu)
         if network is not None:
             host_settings["network_policy"] = sandbox.network  # as asked (auto: outbound where it works)
@@ -172,7 +210,10 @@ def server(
     typer.echo(f"database: {database.dialect}  data directory: {data_dir}")
     typer.echo(f"GPUs: {len(gpus)} — {gpu_note}")
     for g in gpus:
-        typer.echo(f"  [{g.index}] {g.model} {g.vram_mb // 1024} GB{'  (simulated)' if g.simulated else ''}")
+        where = f"{g.host} " if g.host else ""
+        typer.echo(f"  {where}[{g.index}] {g.model} {g.vram_mb // 1024} GB{'  (simulated)' if g.simulated else ''}")
+    if slurm is not None:
+        typer.echo(f"backend: slurm (SLURM_CONF={slurm.conf or 'default'}, partition {slurm.partition or 'default'})")
     typer.echo(sandbox.banner())
     if sandbox_dir != data_dir:
         typer.echo(f"  renters' workspaces: {sandbox_dir} (the data directory's parents are not traversable)")

@@ -26,6 +26,7 @@ class DiscoveredGpu:
     vram_mb: int
     simulated: bool
     minor: int | None = None  # /dev/nvidiaN's N (NVML's minor number); a simulated GPU's index
+    host: str | None = None  # the host it is on (None: this machine; a Slurm node's name)
 
 
 def parse_simulated_spec(spec: str, host_name: str) -> list[DiscoveredGpu]:

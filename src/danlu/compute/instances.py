@@ -244,11 +244,20 @@ def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
     recording one: prepare (command held back) → record the handle under the row lock, or decide
     to kill it → after commit, let the command go. A launch that fails is ``failed``, not billed."""
     prepare_control_dir(p, instance_id)
+    started_ms: int | None = None
     try:
         handle: str | None = p.backend.launch(spec)
         error = ""
     except (LaunchError, OSError) as exc:
         handle, error = None, str(exc)
+    if handle is not None and p.backend.starts_before_record:
+        # A backend that times runs itself (Slurm) starts first and says when: billing starts then.
+        try:
+            started_ms = p.backend.start(handle)
+        except (LaunchError, OSError) as exc:
+            p.backend.kill(handle)
+            p.backend.release(handle)
+            handle, error = None, str(exc)
     kill = False
     with p.db.write() as s:
         inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
@@ -273,12 +282,16 @@ def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
             transition(s, inst, Status.STOPPED, "balance exhausted before the process started", now, "launch")
         else:
             inst.run_handle, inst.last_seen_alive_ms, inst.kill_after_ms = handle, now, None
+            if started_ms is not None and alloc.billed_until_ms == alloc.started_at_ms:
+                # Nothing was posted yet (the meter skips pending instances): bill from the backend's start.
+                alloc.started_at_ms = alloc.billed_until_ms = started_ms
             transition(s, inst, Status.RUNNING, "process started", now, "launch")
     if kill:
         p.backend.kill(handle)
         p.backend.release(handle)
         return
-    p.backend.start(handle)
+    if not p.backend.starts_before_record:
+        p.backend.start(handle)
 
 
 def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
@@ -447,8 +460,15 @@ def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
     """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period."""
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
-        handle = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s)
-    terminate_runs(p, [handle])
+        ended_ms = None
+        if inst.status == Status.RUNNING and inst.run_handle is not None:
+            # A backend with its own records (Slurm) ends the run itself; billing ends when it says.
+            ended_ms = p.backend.cancel(inst.run_handle)
+        handle = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s, billing_end_ms=ended_ms)
+    if ended_ms is None:
+        terminate_runs(p, [handle])
+    else:
+        p.wake_loop()
     return show(p, user, instance_id)
 
 

@@ -71,6 +71,8 @@ def reconcile(p: Platform) -> TickReport:
                 ended.append((inst_id, None, RunState("never_started", reason="the server stopped while starting it")))
             continue
         state = states[handle]
+        if state.kind == "unknown":  # the backend cannot tell now: decide nothing, not even "alive"
+            continue
         if state.kind == "running":
             alive_ids.append(inst_id)
             report.stopping += status == Status.STOPPING
@@ -173,6 +175,15 @@ def meter_all(p: Platform) -> MeterReport:
     report.vouchers_expired = vouchers.expire_due(p)
     with p.db.read() as s:
         by_account = open_allocations_by_account(s)
+        launching: set[int | None] = set()
+        if p.backend.starts_before_record:
+            # A backend that times runs itself (Slurm) moves a launch's start to its own record when
+            # the launch is recorded, so a launch in progress is metered once it runs, from then.
+            pending = select(Instance.current_allocation_id).where(Instance.status == Status.PENDING.value)
+            launching = set(s.scalars(pending))
+    by_account = {
+        acct: kept for acct, allocs in by_account.items() if (kept := [a for a in allocs if a.id not in launching])
+    }
     report.accounts = len(by_account)
     for account_id, allocs in by_account.items():
         try:

@@ -50,6 +50,14 @@ def check_may_run(p: Platform, user: User) -> None:
             f"this server cannot sandbox renters' code ({p.sandbox.detail}); ask the operator to install "
             "bubblewrap, or to restart with --no-sandbox if you are its only, trusted user",
         )
+    why = p.backend.unavailable()
+    if why is not None:
+        raise BackendUnavailable("backend_unavailable", f"{why}; nothing was started or charged, try again shortly")
+
+
+class BackendUnavailable(DanluError):
+    http_status = 503
+    default_code = "backend_unavailable"
 
 
 def platform_env(gpus: list[Gpu], inst: Instance) -> dict[str, str]:
@@ -111,6 +119,10 @@ def build_spec(
         image=images.resolve(s, inst.image),
         network=network,
         uid=uid,
+        host=host.name,
+        gpu_model=inst.gpu_model if gpus else "",
+        gpu_count=len(gpus),
+        interruptible=bool(inst.interruptible),
     )
 
 

@@ -188,6 +188,7 @@ class InstanceView:
     idle_threshold_pm: int = 50
     max_duration_s: int | None = None
     stop_reason: str = ""
+    backend_ref: str | None = None  # where its current or last run is (slurm:JOBID, local:PID); `show` only
 
 
 def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
@@ -356,6 +357,7 @@ def show(p: Platform, user: User, instance_id: str) -> InstanceView:
         inst = get_owned(s, user, instance_id)
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
         view = _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
+        view.backend_ref = p.backend.ref(inst.run_handle) if inst.run_handle else None
         if inst.job_id is None and inst.workspace_released_at_ms is None:
             pol = storage_policy(s)
             stored = next((a for a in allocs if a.id == inst.storage_allocation_id), None)

@@ -122,7 +122,11 @@ def bootstrap(
         ensure_accounts(s, currency.upper())
         if s.scalars(select(User).where(User.is_admin.is_(True))).first() is None:
             _, token = create_user(s, ADMIN_NAME, now_ms, is_admin=True)
-        _register_host(s, gpus, now_ms, host_settings or {}, sandbox)
+        by_host: dict[str | None, list[DiscoveredGpu]] = {}
+        for g in gpus:
+            by_host.setdefault(g.host, []).append(g)
+        for host_name, host_gpus in by_host.items():
+            _register_host(s, host_gpus, now_ms, host_settings or {}, sandbox, host_name)
         ensure_host_image(s, now_ms)
         cur = s.get(Setting, "currency")
         assert cur is not None
@@ -136,14 +140,24 @@ def bootstrap(
 
 
 def _register_host(
-    s: Session, gpus: list[DiscoveredGpu], now_ms: int, settings: dict[str, int | str], sandbox: SandboxStatus | None
+    s: Session,
+    gpus: list[DiscoveredGpu],
+    now_ms: int,
+    settings: dict[str, int | str],
+    sandbox: SandboxStatus | None,
+    node: str | None = None,
 ) -> None:
-    name = socket.gethostname() or "local"
+    """This machine's GPUs (``node`` None), or one Slurm node's (its name)."""
+    name = node or socket.gethostname() or "local"
     host = s.scalars(select(Host).where(Host.name == name)).first()
     if host is None:
         network = sandbox.network if sandbox is not None and sandbox.sandboxed else "none"
         host = Host(
-            name=name, is_local=True, created_at_ms=now_ms, network_policy=network, **machine_defaults(len(gpus))
+            name=name,
+            is_local=node is None,
+            created_at_ms=now_ms,
+            network_policy=network,
+            **machine_defaults(len(gpus)),
         )
         s.add(host)
         s.flush()

@@ -15,8 +15,9 @@ server finds it through its handle (or, with no handle, through :meth:`Backend.d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -80,15 +81,41 @@ class RunSpec:
     network: str = "none"  # none | outbound | host
     uid: int | None = None  # the renter's own unprivileged uid (= gid)
     extra: dict[str, str] = field(default_factory=dict)
+    host: str = ""  # the host the platform placed the run on (a Slurm node name, for that backend)
+    gpu_model: str = ""  # the catalog model of its GPUs ("" when it has none)
+    gpu_count: int = 0
+    interruptible: bool = False  # may be preempted (Slurm: its spot partition)
+
+
+def spec_to_json(spec: RunSpec) -> str:
+    """The spec as JSON (what the Slurm backend hands its runner on the node)."""
+    data = asdict(spec)
+    for key in ("workspace", "control_dir", "checkpoints"):
+        data[key] = str(data[key]) if data[key] is not None else None
+    data["devices"] = [{**d, "host_path": str(d["host_path"])} for d in data["devices"]]
+    data["image"] = {**data["image"], "path": str(data["image"]["path"])}
+    return json.dumps(data, sort_keys=True)
+
+
+def spec_from_json(text: str) -> RunSpec:
+    data = json.loads(text)
+    for key in ("workspace", "control_dir", "checkpoints"):
+        data[key] = Path(data[key]) if data[key] is not None else None
+    data["devices"] = tuple(Device(**{**d, "host_path": Path(d["host_path"])}) for d in data["devices"])
+    data["limits"] = Limits(**data["limits"]) if data["limits"] is not None else None
+    data["image"] = ImageRoot(**{**data["image"], "path": Path(data["image"]["path"])})
+    return RunSpec(**data)
 
 
 @dataclass(frozen=True)
 class RunState:
     """How a run stands. ``exited``: ended by itself (or by a limit), with its code and the
     moment it ended; ``lost``: gone without an exit status (killed, or its host vanished);
-    ``never_started``: prepared but its command never ran (the server died before letting it go)."""
+    ``never_started``: prepared but its command never ran (the server died before letting it go);
+    ``unknown``: the backend cannot tell now (a cluster controller that does not answer): nothing is
+    decided about the run, and it is not counted as seen alive either."""
 
-    kind: Literal["running", "exited", "lost", "never_started"]
+    kind: Literal["running", "exited", "lost", "never_started", "unknown"]
     code: int | None = None
     ended_ms: int | None = None
     reason: str = ""
@@ -109,15 +136,50 @@ class RunUsage:
     net_tx_bytes: int | None = None
 
 
+MAX_OFFSET = 1 << 62
+
+
+def read_log(data_dir: Path, log_key: str, offset: int, limit: int) -> tuple[str, int]:
+    """A chunk of a run's captured stdout/stderr (``DATA/runs/KEY/output.log``) from byte ``offset``;
+    returns (text, next offset). Invalid UTF-8 is replaced, never an error."""
+    from danlu.core.errors import InvalidInput
+
+    if not 0 <= offset <= MAX_OFFSET:
+        raise InvalidInput("invalid_offset", "offset must be a byte offset between 0 and 2^62")
+    try:
+        with open(data_dir / "runs" / log_key / "output.log", "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", errors="replace"), offset + len(data)
+
+
 class Backend(Protocol):
     name: str
+    # False (local): launch → record the handle → start. True (Slurm): launch → start, which returns
+    # the start time the backend recorded → record the handle with billing from exactly then (a server
+    # that dies in between leaves a pending row with no handle: the run is found by its id and
+    # discarded, never billed).
+    starts_before_record: bool
 
     def launch(self, spec: RunSpec) -> str:
         """Prepare the run; returns its handle. The command does not start until :meth:`start`."""
         ...
 
-    def start(self, handle: str) -> None:
-        """Let a launched run's command begin."""
+    def start(self, handle: str) -> int | None:
+        """Let a launched run's command begin. Returns when the run started by the backend's own
+        records (epoch ms; billing starts then), or None when the platform's clock is the record."""
+        ...
+
+    def cancel(self, handle: str) -> int | None:
+        """End the run now the backend's own way (Slurm: ``scancel``, its own grace then SIGKILL) and
+        return the end it recorded (billing ends exactly then); None: not supported, the platform
+        sends :meth:`terminate` and, after its grace period, :meth:`kill`."""
+        ...
+
+    def unavailable(self) -> str | None:
+        """Why new runs cannot be launched now (a cluster controller that does not answer), else None."""
         ...
 
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
@@ -142,6 +204,10 @@ class Backend(Protocol):
 
     def launching(self, run_id: str) -> bool:
         """Whether this process is launching ``run_id`` right now (so a missing handle is not lost)."""
+        ...
+
+    def ref(self, handle: str) -> str:
+        """Where the run is, for people: ``slurm:JOBID``, ``local:PID``."""
         ...
 
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:

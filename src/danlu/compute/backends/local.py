@@ -34,17 +34,14 @@ from typing import Any
 
 import psutil
 
-from danlu.compute.backends.base import PREEMPT_FILE, RUNNING, LaunchError, RunSpec, RunState, RunUsage
+from danlu.compute.backends.base import PREEMPT_FILE, RUNNING, LaunchError, RunSpec, RunState, RunUsage, read_log
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
 from danlu.compute.sandbox.disk import DiskWatcher, Watched, file_limit, violation
 from danlu.compute.sandbox.netstat import NetCounter
-from danlu.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
-
-MAX_OFFSET = 1 << 62
 
 
 NET_LOOKUPS = 5  # a run still outside a namespace of its own after this many samples is on the host's network
@@ -98,6 +95,7 @@ def _chown_private(path: Path, uid: int | None) -> None:
 
 class LocalBackend:
     name = "local"
+    starts_before_record = False
 
     def __init__(self, data_dir: Path, sandbox: SandboxOptions | None) -> None:
         self.data_dir = data_dir
@@ -175,7 +173,7 @@ class LocalBackend:
             self._blockers[spec.run_id] = block_w
         return json.dumps(h, sort_keys=True)
 
-    def start(self, handle: str) -> None:
+    def start(self, handle: str) -> None:  # the platform's clock times a local run
         h = json.loads(handle)
         with self._lock:
             fd = self._blockers.pop(h["run"], -1)
@@ -197,6 +195,16 @@ class LocalBackend:
     def launching(self, run_id: str) -> bool:
         with self._lock:
             return run_id in self._launching
+
+    def cancel(self, handle: str) -> None:
+        """Not the local way: the platform terminates, then kills after its own grace period."""
+        return None
+
+    def unavailable(self) -> None:
+        return None
+
+    def ref(self, handle: str) -> str:
+        return f"local:{json.loads(handle)['pid']}"
 
     # -- state --------------------------------------------------------------------------------
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
@@ -386,14 +394,4 @@ class LocalBackend:
 
     # -- output -------------------------------------------------------------------------------
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
-        """A chunk of a run's captured stdout/stderr from byte ``offset``; returns (text, next
-        offset). Invalid UTF-8 is replaced, never an error."""
-        if not 0 <= offset <= MAX_OFFSET:
-            raise InvalidInput("invalid_offset", "offset must be a byte offset between 0 and 2^62")
-        try:
-            with open(self.data_dir / "runs" / log_key / "output.log", "rb") as f:
-                f.seek(offset)
-                data = f.read(limit)
-        except FileNotFoundError:
-            return "", offset
-        return data.decode("utf-8", errors="replace"), offset + len(data)
+        return read_log(self.data_dir, log_key, offset, limit)

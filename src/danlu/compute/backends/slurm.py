@@ -1,0 +1,504 @@
+"""The Slurm backend: each run is a Slurm batch job on the operator's cluster, with the same sandbox
+inside it as on a single host (docs/slurm.md).
+
+danlu decides who gets which GPU type when, and on which node (the pure scheduling core, prices,
+quotas, notice); Slurm places the job on that node's GRES and runs it. A run is
+
+``sbatch --hold --job-name danlu-RUN --nodelist NODE --gres gpu:TYPE:N … script`` (launch) →
+``scontrol release`` and wait until Slurm says RUNNING (start: returns Slurm's StartTime, where
+billing starts) → every tick one ``squeue`` for all jobs (poll) → ``scancel`` (stop: Slurm's
+EndTime ends billing) or ``scancel --signal=TERM --batch`` (the preemption notice).
+
+The batch script runs ``python -m danlu.compute.backends.slurm_node SPEC``: the local backend's
+supervisor and bubblewrap sandbox on the node, writing the output log and usage readings into the
+data folder (which a real cluster shares between the server and its nodes, as it shares homes).
+
+The handle is JSON naming the job id, the run and its log key. Times come from Slurm as epoch
+seconds (``SLURM_TIME_FORMAT=%s``), so the billed seconds are Slurm's elapsed seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from danlu.compute.backends.base import RUNNING, LaunchError, RunSpec, RunState, RunUsage, read_log, spec_to_json
+from danlu.compute.gpus import DiscoveredGpu
+from danlu.core.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+JOB_PREFIX = "danlu-"
+SQUEUE_FORMAT = "%i|%j|%T|%S|%e|%r|%N"
+# Slurm job states (squeue %T) → how a run stands. COMPLETING: the job has ended but Slurm is still
+# cleaning its processes up; its GPUs are not free yet, so it counts as running until it is gone.
+RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "RESIZING"}
+EXITED_STATES = {"COMPLETED", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "CANCELLED"}
+LOST_STATES = {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "STOPPED"}
+
+
+class SlurmUnreachable(Exception):
+    """The controller did not answer (or a Slurm command is missing)."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as squeue/sacct report it. Times are epoch seconds (None: not yet / unknown)."""
+
+    job_id: str
+    name: str
+    state: str
+    start_s: int | None
+    end_s: int | None
+    reason: str = ""
+    node: str = ""
+    exit_code: int | None = None
+
+
+def _epoch(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def parse_squeue(out: str) -> dict[str, JobRecord]:
+    """``squeue -h -t all -o SQUEUE_FORMAT`` (with ``SLURM_TIME_FORMAT=%s``) → job id → record."""
+    jobs: dict[str, JobRecord] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < 7:
+            continue
+        job_id, name, state, start, end, reason, node = parts[:7]
+        jobs[job_id.strip()] = JobRecord(
+            job_id.strip(), name, state.strip().split()[0], _epoch(start), _epoch(end), reason, node
+        )
+    return jobs
+
+
+def parse_sacct(out: str) -> dict[str, JobRecord]:
+    """``sacct -X -n -P -o JobIDRaw,JobName,State,Start,End,ExitCode`` → job id → record."""
+    jobs: dict[str, JobRecord] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < 6:
+            continue
+        job_id, name, state, start, end, code = parts[:6]
+        jobs[job_id] = JobRecord(job_id, name, state.split()[0], _epoch(start), _epoch(end), exit_code=_exit_code(code))
+    return jobs
+
+
+def _exit_code(text: str) -> int | None:
+    """Slurm's ``CODE:SIGNAL``: a signal's death reads as 128 + signal, like a shell's ``$?``."""
+    code, _, sig = text.strip().partition(":")
+    if not code.isdigit():
+        return None
+    return 128 + int(sig) if sig.isdigit() and int(sig) and not int(code) else int(code)
+
+
+def parse_exit_codes(out: str) -> dict[str, int | None]:
+    """``scontrol show job -o ID…`` → job id → exit code."""
+    codes: dict[str, int | None] = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "JobId" in fields:
+            codes[fields["JobId"]] = _exit_code(fields.get("ExitCode", ""))
+    return codes
+
+
+def judge(job: JobRecord | None, seen_started: bool) -> RunState:
+    """How a run stands by its job's record (pure). ``None``: Slurm no longer knows the job."""
+    if job is None:
+        return RunState("lost", reason="Slurm no longer knows its job (purged, or the controller lost its state)")
+    if job.state in RUNNING_STATES:
+        return RUNNING
+    ended_ms = job.end_s * 1000 if job.end_s is not None else None
+    if job.state == "PENDING":
+        if not seen_started and job.reason in ("JobHeldUser", "JobHeldAdmin"):
+            return RunState("never_started", reason="the server stopped before Slurm was told to start it")
+        return RunState("lost", reason=f"Slurm put its job {job.job_id} back in its queue ({job.reason})")
+    if job.state in EXITED_STATES and ended_ms is not None:
+        if job.state == "CANCELLED":
+            why = f"Slurm job {job.job_id} was cancelled"
+        elif job.state in ("TIMEOUT", "DEADLINE"):
+            why = f"Slurm job {job.job_id} reached its time limit"
+        elif job.state == "OUT_OF_MEMORY":
+            why = f"Slurm job {job.job_id} ran out of memory"
+        else:
+            why = ""
+        return RunState("exited", code=job.exit_code, ended_ms=ended_ms, reason=why)
+    where = f" on {job.node}" if job.node else ""
+    return RunState("lost", reason=f"Slurm job {job.job_id} ended {job.state}{where}")
+
+
+@dataclass
+class SlurmConfig:
+    conf: Path | None = None  # SLURM_CONF for every command (None: Slurm's default)
+    partition: str = ""  # on-demand runs ("" = the cluster's default)
+    spot_partition: str = ""  # interruptible runs ("" = the same as on-demand)
+    gres_types: dict[str, str] = field(default_factory=dict)  # catalog model → GRES type
+    start_timeout_s: float = 15.0  # a released job Slurm has not started by then is cancelled
+    command_timeout_s: float = 20.0
+    python: str = sys.executable  # the interpreter the batch script runs on the node
+
+
+class SlurmCli:
+    """Runs Slurm's commands with the cluster's config and epoch-second times."""
+
+    def __init__(self, config: SlurmConfig) -> None:
+        self.config = config
+        self.env = {**os.environ, "SLURM_TIME_FORMAT": "%s"}
+        if config.conf is not None:
+            self.env["SLURM_CONF"] = str(config.conf)
+        self.env.pop("SLURM_JOB_ID", None)  # never act as if inside some other job
+
+    def run(self, *args: str, check: bool = True, timeout: float | None = None) -> str:
+        try:
+            done = subprocess.run(
+                list(args),
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout or self.config.command_timeout_s,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise SlurmUnreachable(f"{args[0]} is not installed on this server") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnreachable(f"{args[0]} did not answer within {exc.timeout:.0f} s") from exc
+        if check and done.returncode != 0:
+            err = (done.stderr or done.stdout).strip().splitlines()
+            message = err[-1] if err else f"exit code {done.returncode}"
+            if "Unable to contact slurm controller" in done.stderr or "Socket timed out" in done.stderr:
+                raise SlurmUnreachable(f"the Slurm controller does not answer ({message})")
+            raise subprocess.CalledProcessError(done.returncode, args, done.stdout, message)
+        return done.stdout
+
+    def squeue(self, job_ids: Sequence[str] | None = None) -> dict[str, JobRecord]:
+        args = ["squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT]
+        return parse_squeue(self.run(*args))
+
+    def sacct(self, job_ids: Sequence[str]) -> dict[str, JobRecord] | None:
+        """Jobs the controller has forgotten, from the accounting database; None where the site
+        keeps none (``accounting_storage/none``)."""
+        fields = "JobIDRaw,JobName,State,Start,End,ExitCode"
+        try:
+            out = self.run("sacct", "-X", "-n", "-P", "-o", fields, "-j", ",".join(job_ids))
+        except (subprocess.CalledProcessError, SlurmUnreachable):
+            return None
+        return parse_sacct(out)
+
+    def exit_codes(self, job_ids: Sequence[str]) -> dict[str, int | None]:
+        try:
+            return parse_exit_codes(self.run("scontrol", "show", "job", "-o", ",".join(job_ids)))
+        except subprocess.CalledProcessError:
+            return {}
+
+
+@dataclass(frozen=True)
+class SlurmGpus:
+    node: str
+    gres_type: str
+    count: int
+
+
+def parse_sinfo_gres(out: str) -> list[SlurmGpus]:
+    """``sinfo -h -N -o '%N|%G'`` → every node's GPU GRES (``gpu:a100:4``, ``gpu:a100:4(S:0)``,
+    several types comma-separated). A node listed once per partition is counted once."""
+    found: dict[tuple[str, str], int] = {}
+    for line in out.splitlines():
+        node, _, gres = line.partition("|")
+        for item in gres.split(","):
+            parts = item.split("(")[0].strip().split(":")
+            if parts[0] != "gpu" or len(parts) < 2:
+                continue
+            gres_type = parts[1] if len(parts) == 3 else ""
+            count = parts[-1]
+            if count.isdigit():
+                found[(node.strip(), gres_type)] = int(count)
+    return [SlurmGpus(node, t, n) for (node, t), n in sorted(found.items())]
+
+
+class SlurmBackend:
+    name = "slurm"
+    starts_before_record = True
+
+    def __init__(self, data_dir: Path, config: SlurmConfig, *, sandboxed: bool = True) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.sandboxed = sandboxed
+        self.cli = SlurmCli(config)
+        self._lock = threading.Lock()
+        self._launching: set[str] = set()
+        self._down: str | None = None  # why the controller did not answer at the last poll
+        self.strangers: set[str] = set()  # danlu-named jobs no run of ours knows (reported once each)
+
+    # -- files --------------------------------------------------------------------------------
+    def _run_dir(self, log_key: str) -> Path:
+        path = self.data_dir / "runs" / log_key
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    def _file(self, h: dict[str, Any], suffix: str) -> Path:
+        return self.data_dir / "runs" / str(h["log"]) / f"{h['run']}.{suffix}"
+
+    # -- launch -------------------------------------------------------------------------------
+    def sbatch_args(self, spec: RunSpec, script: Path) -> list[str]:
+        count = spec.gpu_count
+        partition = self.config.spot_partition if spec.interruptible else self.config.partition
+        args = ["sbatch", "--parsable", "--hold", f"--job-name={JOB_PREFIX}{spec.run_id}", "--no-requeue"]
+        args += ["--output=/dev/null", "--error=/dev/null", f"--chdir={script.parent}"]
+        if partition or self.config.partition:
+            args.append(f"--partition={partition or self.config.partition}")
+        if spec.host:
+            args.append(f"--nodelist={spec.host}")
+        if count:
+            gres_type = self.config.gres_types.get(spec.gpu_model, "")
+            args.append(f"--gres=gpu:{gres_type}:{count}" if gres_type else f"--gres=gpu:{count}")
+        if spec.limits is not None:
+            args.append(f"--cpus-per-task={max(1, math.ceil(spec.limits.cpus_milli / 1000))}")
+        return [*args, str(script)]
+
+    def launch(self, spec: RunSpec) -> str:
+        run_dir = self._run_dir(spec.log_key)
+        spec_path = run_dir / f"{spec.run_id}.spec.json"
+        script = run_dir / f"{spec.run_id}.sbatch"
+        for suffix in ("exit", "started", "reason", "usage"):
+            (run_dir / f"{spec.run_id}.{suffix}").unlink(missing_ok=True)
+        node_spec = {
+            "spec": json.loads(spec_to_json(spec)),
+            "data_dir": str(self.data_dir),
+            "sandboxed": self.sandboxed,
+        }
+        spec_path.write_text(json.dumps(node_spec))
+        os.chmod(spec_path, 0o600)
+        script.write_text(f"#!/bin/sh\nexec {self.config.python} -m danlu.compute.backends.slurm_node {spec_path}\n")
+        os.chmod(script, 0o700)
+        with self._lock:
+            self._launching.add(spec.run_id)
+        try:
+            job_id = self.cli.run(*self.sbatch_args(spec, script)).strip().split(";")[0]
+        except SlurmUnreachable as exc:
+            self._done_launching(spec.run_id)
+            raise LaunchError(f"the Slurm cluster cannot take the run: {exc}") from exc
+        except subprocess.CalledProcessError as exc:
+            self._done_launching(spec.run_id)
+            raise LaunchError(f"Slurm refused the job: {exc.stderr}") from exc
+        return json.dumps({"job": job_id, "run": spec.run_id, "log": spec.log_key}, sort_keys=True)
+
+    def _done_launching(self, run_id: str) -> None:
+        with self._lock:
+            self._launching.discard(run_id)
+
+    def start(self, handle: str) -> int:
+        """Release the held job and wait until Slurm runs it; returns Slurm's StartTime (ms)."""
+        h = json.loads(handle)
+        try:
+            self.cli.run("scontrol", "release", h["job"])
+            deadline = time.monotonic() + self.config.start_timeout_s
+            job: JobRecord | None = None
+            while True:
+                job = self.cli.squeue().get(h["job"])
+                if job is not None and job.start_s is not None and job.state != "PENDING":
+                    return job.start_s * 1000
+                if job is None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            why = f"({job.reason})" if job is not None else "(the job vanished)"
+            self.cli.run("scancel", h["job"], check=False)
+            raise LaunchError(
+                f"Slurm did not start job {h['job']} within {self.config.start_timeout_s:.0f} s {why}: the "
+                "cluster's own jobs may hold these GPUs; try again later or another GPU model"
+            )
+        except SlurmUnreachable as exc:
+            self.cli.run("scancel", h["job"], check=False) if "not installed" not in str(exc) else None
+            raise LaunchError(f"the Slurm cluster cannot start the run: {exc}") from exc
+        except subprocess.CalledProcessError as exc:
+            raise LaunchError(f"Slurm could not release job {h['job']}: {exc.stderr}") from exc
+        finally:
+            self._done_launching(h["run"])
+
+    def ref(self, handle: str) -> str:
+        return f"slurm:{json.loads(handle)['job']}"
+
+    def launching(self, run_id: str) -> bool:
+        with self._lock:
+            return run_id in self._launching
+
+    def unavailable(self) -> str | None:
+        """``scontrol ping`` (milliseconds either way; squeue would wait seconds for a dead controller)."""
+        try:
+            self.ping()
+        except SlurmUnreachable as exc:
+            return str(exc)
+        return None
+
+    def ping(self) -> None:
+        try:
+            self.cli.run("scontrol", "ping")
+        except subprocess.CalledProcessError as exc:
+            said = " ".join((exc.output or "").split()[:6]) or "no answer"
+            raise SlurmUnreachable(f"the Slurm controller does not answer (scontrol ping: {said})") from exc
+
+    # -- state --------------------------------------------------------------------------------
+    def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
+        parsed = {handle: json.loads(handle) for handle in handles}
+        try:
+            self.ping()
+            jobs = self.cli.squeue()
+        except (SlurmUnreachable, subprocess.CalledProcessError) as exc:
+            if self._down is None:
+                log.warning("Slurm does not answer (%s): runs keep their state until it does", exc)
+            self._down = str(exc)
+            return {handle: RunState("unknown", reason=str(exc)) for handle in handles}
+        if self._down is not None:
+            log.warning("Slurm answers again; reconciling every run")
+        self._down = None
+        self._report_strangers(jobs, {str(h["run"]) for h in parsed.values()})
+        missing = [str(h["job"]) for h in parsed.values() if str(h["job"]) not in jobs]
+        if missing:  # forgotten by the controller: the accounting database, where the site keeps one
+            jobs.update(self.cli.sacct(missing) or {})
+        ended = [
+            job_id
+            for job_id, job in jobs.items()
+            if job.state in EXITED_STATES
+            and job.exit_code is None
+            and job.job_id in {str(h["job"]) for h in parsed.values()}
+        ]
+        codes = self.cli.exit_codes(ended) if ended else {}
+        out: dict[str, RunState] = {}
+        for handle, h in parsed.items():
+            job = jobs.get(str(h["job"]))
+            if job is not None and job.job_id in codes:
+                job = JobRecord(**{**asdict(job), "exit_code": codes[job.job_id]})
+            out[handle] = judge(job, seen_started=not self.launching(str(h["run"])))
+        return out
+
+    def _report_strangers(self, jobs: dict[str, JobRecord], ours: set[str]) -> None:
+        """A danlu-named job no run knows of is reported (never billed: no instance is made for it)."""
+        for job in jobs.values():
+            if not job.name.startswith(JOB_PREFIX) or job.state not in RUNNING_STATES | {"PENDING"}:
+                continue
+            run_id = job.name[len(JOB_PREFIX) :]
+            if run_id in ours or self.launching(run_id) or job.job_id in self.strangers:
+                continue
+            self.strangers.add(job.job_id)
+            log.warning(
+                "Slurm job %s (%s, %s) is named like a danlu run but no run of this server knows it: "
+                "not billed to anyone; cancel it with scancel if it is not yours",
+                job.job_id,
+                job.name,
+                job.state,
+            )
+
+    # -- signals ------------------------------------------------------------------------------
+    def terminate(self, handle: str) -> None:
+        """The notice: SIGTERM to the batch script, which passes it into the sandbox."""
+        h = json.loads(handle)
+        self._quietly("scancel", "--signal=TERM", "--batch", h["job"])
+
+    def kill(self, handle: str) -> None:
+        self._quietly("scancel", json.loads(handle)["job"])
+
+    def cancel(self, handle: str) -> int | None:
+        """``scancel`` (Slurm sends SIGTERM, waits its KillWait, then SIGKILL) and Slurm's EndTime."""
+        job_id = str(json.loads(handle)["job"])
+        self._quietly("scancel", job_id)
+        try:
+            job = self.cli.squeue().get(job_id)
+        except (SlurmUnreachable, subprocess.CalledProcessError):
+            return None
+        return job.end_s * 1000 if job is not None and job.end_s is not None else None
+
+    def _quietly(self, *args: str) -> None:
+        try:
+            self.cli.run(*args, check=False)
+        except SlurmUnreachable as exc:
+            log.warning("%s: %s (retried at the next tick)", " ".join(args), exc)
+
+    def release(self, handle: str) -> None:
+        h = json.loads(handle)
+        for suffix in ("spec.json", "sbatch", "usage", "exit", "started", "reason"):
+            self._file(h, suffix).unlink(missing_ok=True)
+
+    def discard(self, run_id: str) -> None:
+        self._quietly("scancel", f"--name={JOB_PREFIX}{run_id}")
+
+    # -- usage and output ---------------------------------------------------------------------
+    def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
+        """What the node's runner last wrote (every few seconds) beside the run's log."""
+        out: dict[str, RunUsage] = {}
+        for handle in handles:
+            h = json.loads(handle)
+            try:
+                data = json.loads(self._file(h, "usage").read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            out[handle] = RunUsage(**data)
+        return out
+
+    def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+        return read_log(self.data_dir, log_key, offset, limit)
+
+
+def parse_gpu_models(pairs: Sequence[str]) -> dict[str, str]:
+    """``--slurm-gpu-model a100=A100-80GB`` (repeatable) → GRES type → catalog model name."""
+    from danlu.catalog.gpu_models import resolve_model
+
+    out: dict[str, str] = {}
+    for pair in pairs:
+        gres_type, sep, model = pair.partition("=")
+        if not sep or not gres_type.strip() or not model.strip():
+            raise InvalidInput(
+                "invalid_slurm_gpu_model", f"--slurm-gpu-model takes TYPE=MODEL, e.g. a100=A100-80GB; got {pair!r}"
+            )
+        out[gres_type.strip()] = resolve_model(model.strip()).name
+    return out
+
+
+def discover(cli: SlurmCli, models: dict[str, str], *, simulated: bool) -> tuple[list[DiscoveredGpu], dict[str, str]]:
+    """The cluster's GPUs, one row per GRES unit of every node (``sinfo``), each named by its node
+    and its catalog model (``--slurm-gpu-model``, else the GRES type itself if the catalog knows it);
+    and catalog model → GRES type, for ``--gres`` at launch."""
+    from danlu.catalog.gpu_models import resolve_model
+
+    try:
+        found = parse_sinfo_gres(cli.run("sinfo", "-h", "-N", "-o", "%N|%G"))
+    except (SlurmUnreachable, subprocess.CalledProcessError) as exc:
+        raise InvalidInput("slurm_unreachable", f"cannot read the cluster's nodes with sinfo: {exc}") from exc
+    gpus: list[DiscoveredGpu] = []
+    gres_types: dict[str, str] = {}
+    for item in found:
+        try:
+            model = resolve_model(models.get(item.gres_type) or item.gres_type)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                "unknown_gpu_model",
+                f"node {item.node} has GRES gpu:{item.gres_type}, not a GPU model danlu knows ({exc.message}); "
+                f"name it with --slurm-gpu-model {item.gres_type or 'TYPE'}=MODEL",
+            ) from exc
+        gres_types[model.name] = item.gres_type
+        for i in range(item.count):
+            gpus.append(
+                DiscoveredGpu(
+                    index=sum(1 for g in gpus if g.host == item.node),
+                    uuid=f"SLURM-{item.node}-{item.gres_type}-{i}",
+                    model=model.name,
+                    nvml_name=f"{'simulated ' if simulated else ''}slurm gpu:{item.gres_type}",
+                    vram_mb=model.vram_gb * 1024,
+                    simulated=simulated,
+                    minor=i,
+                    host=item.node,
+                )
+            )
+    if not gpus:
+        raise InvalidInput("no_slurm_gpus", "sinfo lists no node with GPU GRES (gpu:TYPE:N); nothing to rent out")
+    return gpus, gres_types

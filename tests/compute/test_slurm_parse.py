@@ -1,0 +1,106 @@
+"""The Slurm backend's pure parts: what squeue, sacct, scontrol and sinfo print, and how a job's
+record becomes a run's state. The real cluster is exercised by tests/slurm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from danlu.compute.backends.base import Device, ImageRoot, Limits, RunSpec, spec_from_json, spec_to_json
+from danlu.compute.backends.slurm import (
+    JobRecord,
+    judge,
+    parse_exit_codes,
+    parse_gpu_models,
+    parse_sacct,
+    parse_sinfo_gres,
+    parse_squeue,
+)
+from danlu.compute.backends.slurm_node import slurm_devices
+from danlu.core.errors import InvalidInput
+
+
+def test_squeue_lines_give_epoch_times_and_unset_times_are_none() -> None:
+    out = "41|danlu-i-1|RUNNING|1764870000|1764873600|None|dev0\n42|danlu-i-2|PENDING|N/A|N/A|Resources|\n"
+    jobs = parse_squeue(out)
+    assert jobs["41"] == JobRecord("41", "danlu-i-1", "RUNNING", 1764870000, 1764873600, "None", "dev0")
+    assert jobs["42"].start_s is None and jobs["42"].reason == "Resources"
+
+
+def test_sacct_and_scontrol_exit_codes_read_signals_like_a_shell() -> None:
+    jobs = parse_sacct("7|danlu-i-7|COMPLETED|100|160|3:0\n8|danlu-i-8|CANCELLED by 0|100|130|0:15\n")
+    assert (jobs["7"].exit_code, jobs["7"].end_s) == (3, 160)
+    assert jobs["8"].state == "CANCELLED" and jobs["8"].exit_code == 128 + 15
+    assert parse_exit_codes("JobId=9 JobName=danlu-x ExitCode=2:0 JobState=FAILED\n") == {"9": 2}
+
+
+def test_sinfo_gres_counts_each_node_once_across_partitions_and_names_types() -> None:
+    out = "dev0|gpu:a100:4\ndev0|gpu:a100:4\ndev1|gpu:h100:8(S:0-1),gpu:t4:2\ncpu0|(null)\n"
+    found = [(g.node, g.gres_type, g.count) for g in parse_sinfo_gres(out)]
+    assert found == [("dev0", "a100", 4), ("dev1", "h100", 8), ("dev1", "t4", 2)]
+
+
+@pytest.mark.parametrize(
+    ("state", "kind", "code"),
+    [
+        ("RUNNING", "running", None),
+        ("COMPLETING", "running", None),
+        ("COMPLETED", "exited", 0),
+        ("FAILED", "exited", 0),
+        ("CANCELLED", "exited", 0),
+        ("TIMEOUT", "exited", 0),
+        ("NODE_FAIL", "lost", None),
+        ("PREEMPTED", "lost", None),
+    ],
+)
+def test_job_states_map_to_run_states_with_slurms_end_time(state: str, kind: str, code: int | None) -> None:
+    got = judge(JobRecord("5", "danlu-i", state, 100, 160, "", "dev0", exit_code=0), seen_started=True)
+    assert got.kind == kind
+    if kind == "exited":
+        assert got.ended_ms == 160_000 and got.code == code
+
+
+def test_a_held_job_never_released_is_never_started_and_a_requeued_one_is_lost() -> None:
+    held = JobRecord("5", "danlu-i", "PENDING", None, None, "JobHeldUser")
+    assert judge(held, seen_started=False).kind == "never_started"
+    assert judge(held, seen_started=True).kind == "lost"
+    assert "no longer knows" in judge(None, seen_started=True).reason
+
+
+def test_gpu_model_flags_resolve_to_catalog_names_and_reject_bad_pairs() -> None:
+    assert parse_gpu_models(["a100=a100-80gb"]) == {"a100": "A100-80GB"}
+    with pytest.raises(InvalidInput) as err:
+        parse_gpu_models(["a100"])
+    assert err.value.code == "invalid_slurm_gpu_model"
+
+
+def _spec(devices: tuple[Device, ...]) -> RunSpec:
+    return RunSpec(
+        run_id="i-1",
+        log_key="i-1",
+        command=["echo", "hi"],
+        env={"A": "1"},
+        workspace=Path("/w"),
+        control_dir=Path("/c"),
+        checkpoints=None,
+        devices=devices,
+        limits=Limits(1000, 1 << 30, 64, 1 << 30),
+        image=ImageRoot("host", "host"),
+        host="dev0",
+        gpu_model="A100-80GB",
+        gpu_count=len(devices),
+    )
+
+
+def test_a_spec_survives_its_trip_to_the_node_as_json() -> None:
+    spec = _spec((Device(Path("/d/gpu0"), "/dev/nvidia0", True),))
+    assert spec_from_json(spec_to_json(spec)) == spec
+
+
+def test_real_gpus_are_the_ones_slurm_gave_and_simulated_ones_stay() -> None:
+    real = _spec((Device(Path("/dev/nvidia0"), "/dev/nvidia0", False),))
+    got = slurm_devices(real, "2,3")
+    assert [d.sandbox_path for d in got][:2] == ["/dev/nvidia2", "/dev/nvidia3"]
+    simulated = _spec((Device(Path("/d/gpu0"), "/dev/nvidia0", True),))
+    assert slurm_devices(simulated, "3") == simulated.devices

@@ -1,0 +1,307 @@
+"""Rentals and jobs through a real Slurm cluster (`make slurm-dev`: slurmctld + slurmd from Debian's
+packages, 4 GRES gpu:a100 backed by plain files), on SQLite and PostgreSQL.
+
+One module, so one test worker drives the one cluster at a time. Billing is checked against
+Slurm's own records: the billed seconds of a run are its job's EndTime - StartTime.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from danlu.billing import service as billing
+from danlu.compute.backends.slurm import JobRecord, SlurmBackend, SlurmCli, SlurmConfig, discover
+from danlu.compute.reconcile import meter_all, reconcile
+from danlu.compute.sandbox.probe import make_local_backend
+from danlu.context import Platform, Settings
+from danlu.core.clock import SystemClock
+from danlu.db.engine import open_database
+from danlu.db.models import Allocation
+from danlu.server.bootstrap import bootstrap
+from tests.conftest import (
+    WORKER_UIDS,
+    LiveServer,
+    _from_migrated_template,
+    end_runs,
+    sandbox_folder,
+    wait_for,
+    worker_uid_first,
+)
+from tests.scheduling.test_live_jobs import RESUMABLE
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "slurm-dev.sh"
+# About 100 s for the module (each test drives the one cluster in turn): it starts first under xdist.
+pytestmark = [pytest.mark.slow(seconds=110), pytest.mark.timeout(300)]
+
+
+def dev(*args: str) -> str:
+    done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"slurm-dev.sh {' '.join(args)}: {done.stderr[-1500:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def slurm_conf() -> Path:
+    done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        why = f"the development Slurm cluster (tools/slurm-dev.sh) did not start: {done.stderr[-1500:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    flags = done.stdout.split()
+    assert flags[:2] == ["--backend", "slurm"]  # the contract `make slurm-dev` prints
+    return Path(flags[flags.index("--slurm-conf") + 1])
+
+
+def slurm_platform(db_url: str, data_dir: Path, conf: Path, **settings: Any) -> tuple[Platform, str]:
+    _from_migrated_template(db_url)
+    db = open_database(db_url)
+    _, sandbox = make_local_backend(data_dir)
+    sandbox_dir = sandbox_folder() if sandbox.identity == "per-renter uid" else None
+    config = SlurmConfig(conf=conf, partition="gpu", spot_partition="spot")
+    gpus, config.gres_types = discover(SlurmCli(config), {"a100": "A100-80GB"}, simulated=True)
+    clock = SystemClock()
+    boot = bootstrap(
+        db,
+        data_dir,
+        "CNY",
+        gpus,
+        clock.now_ms(),
+        host_settings={"network_policy": sandbox.network},
+        sandbox=sandbox,
+        sandbox_dir=sandbox_dir,
+    )
+    st = Settings(
+        data_dir=data_dir,
+        sandbox_dir=sandbox_dir,
+        sandbox_uid_first=worker_uid_first(),
+        sandbox_uid_count=WORKER_UIDS,
+        **settings,
+    )
+    backend = SlurmBackend(data_dir, config, sandboxed=sandbox.sandboxed)
+    p = Platform(db=db, clock=clock, backend=backend, settings=st, sandbox=sandbox)
+    billing.set_price(p, "A100-80GB", "36.00", interruptible="12.00")  # 1 fen per second on demand
+    return p, boot.admin_token or (data_dir / "admin-token").read_text().strip()
+
+
+@pytest.fixture
+def slurm_live(db_url: str, tmp_path: Path, slurm_conf: Path) -> Iterator[LiveServer]:
+    p, token = slurm_platform(
+        db_url, tmp_path / "data", slurm_conf, tick_interval_s=0.2, meter_interval_s=1.0, preempt_notice_s=5
+    )
+    with LiveServer(p, token) as srv:
+        yield srv
+    p.db.engine.dispose()
+
+
+def job_of(c: httpx.Client, inst_id: str) -> str:
+    ref = c.get(f"/instances/{inst_id}").json()["backend_ref"]
+    assert ref and ref.startswith("slurm:"), ref
+    return str(ref.removeprefix("slurm:"))
+
+
+def slurm_job(p: Platform, job_id: str) -> JobRecord:
+    backend = p.backend
+    assert isinstance(backend, SlurmBackend)
+    return backend.cli.squeue()[job_id]
+
+
+def slurm_elapsed(p: Platform, job_id: str) -> int:
+    job = wait_for(lambda: (j := slurm_job(p, job_id)).end_s is not None and j.state != "RUNNING" and j)
+    assert isinstance(job, JobRecord) and job.start_s is not None and job.end_s is not None
+    return job.end_s - job.start_s
+
+
+def test_rentals_run_as_slurm_jobs_and_are_billed_slurms_elapsed_seconds(slurm_live: LiveServer) -> None:
+    p = slurm_live.platform
+    with slurm_live.new_user("sam") as c:
+        r = c.post(
+            "/instances",
+            json={
+                "gpu_model": "A100-80GB",
+                "gpu_count": 1,
+                "command": ["sh", "-c", "echo hello from $DANLU_INSTANCE_ID; sleep 120"],
+            },
+        )
+        assert r.status_code == 201, r.text
+        inst = r.json()["id"]
+        assert r.json()["status"] == "running"
+        job = job_of(c, inst)
+        record = slurm_job(p, job)
+        assert (record.state, record.name, record.node) == ("RUNNING", f"danlu-{inst}", "dev0")
+        wait_for(lambda: f"hello from {inst}" in c.get(f"/instances/{inst}/logs").json()["text"])
+        time.sleep(2.5)
+        assert c.post(f"/instances/{inst}/stop").status_code == 200
+        wait_for(lambda: c.get(f"/instances/{inst}").json()["status"] == "stopped")
+        stopped = c.get(f"/instances/{inst}").json()
+        elapsed = slurm_elapsed(p, job)
+        assert elapsed >= 2
+        assert stopped["billed_seconds"] == elapsed  # Slurm's StartTime to its EndTime (the scancel)
+        with p.db.read() as s:  # the billed interval is Slurm's, not the moments danlu asked
+            alloc = s.scalars(select(Allocation).where(Allocation.instance_id == inst)).one()
+        record = slurm_job(p, job)
+        assert record.start_s is not None and record.end_s is not None
+        assert alloc.started_at_ms == record.start_s * 1000
+        assert alloc.ended_at_ms is not None and alloc.ended_at_ms // 1000 == record.end_s
+        assert stopped["cost"] == f"{elapsed / 100:.2f}"  # 1 fen per second
+
+        # A command that ends by itself: billing ends at Slurm's EndTime, with its exit code.
+        r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sh", "-c", "sleep 2; exit 4"]})
+        assert r.status_code == 201, r.text
+        done_id = r.json()["id"]
+        done_job = job_of(c, done_id)
+        wait_for(lambda: c.get(f"/instances/{done_id}").json()["status"] == "exited")
+        done = c.get(f"/instances/{done_id}").json()
+        assert done["exit_code"] == 4
+        assert done["billed_seconds"] == slurm_elapsed(p, done_job) >= 2
+        assert slurm_job(p, done_job).state == "FAILED"
+        balance = c.get("/balance").json()["balance"]
+        assert balance == f"{100 - (elapsed + done['billed_seconds']) / 100:.2f}"
+    total, _ = billing.ledger_totals(p)
+    assert total == 0
+
+
+def test_twenty_concurrent_rentals_for_the_last_free_gpu_get_exactly_one(slurm_live: LiveServer) -> None:
+    p = slurm_live.platform
+    with slurm_live.new_user("ria") as c:
+        for _ in range(3):
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
+            assert r.status_code == 201 and r.json()["status"] == "running", r.text
+        results: list[int] = []
+        barrier = threading.Barrier(20)
+
+        def rent() -> None:
+            with slurm_live.client(c.headers["Authorization"].removeprefix("Bearer ")) as mine:
+                barrier.wait()
+                r = mine.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
+                results.append(r.status_code)
+
+        threads = [threading.Thread(target=rent) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [201] + [409] * 19, results
+        backend = p.backend
+        assert isinstance(backend, SlurmBackend)
+        running = [j for j in backend.cli.squeue().values() if j.name.startswith("danlu-") and j.state == "RUNNING"]
+        assert len(running) == 4
+
+
+def test_a_job_preempted_with_notice_resumes_from_its_checkpoint(slurm_live: LiveServer) -> None:
+    p = slurm_live.platform
+    with slurm_live.new_user("ada") as c:
+        r = c.post("/jobs", json={"command": ["sh", "-c", RESUMABLE], "gpus": 4, "interruptible": True})
+        assert r.status_code == 201, r.text
+        low = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{low}").json()["status"] == "running")
+        step = p.sandbox_root / "jobs" / low / "checkpoints" / "step"
+        wait_for(lambda: step.exists() and int(step.read_text() or 0) >= 3)
+        r = c.post("/jobs", json={"command": ["sh", "-c", "echo high ran"], "gpus": 4, "priority": "high"})
+        high = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{high}").json()["status"] == "succeeded", timeout=60)
+        wait_for(lambda: c.get(f"/jobs/{low}").json()["status"] == "succeeded", timeout=60)
+        low_view = c.get(f"/jobs/{low}").json()
+        assert low_view["preemptions"] == 1 and low_view["attempts"] == 2
+        log = c.get(f"/jobs/{low}/logs").json()["text"]
+        assert "checkpointed at step" in log and "deadline 20" in log  # SIGTERM reached it, the deadline file too
+        resumed = [line for line in log.splitlines() if line.startswith("attempt 2 resumes at step")]
+        assert resumed and int(resumed[0].split()[5]) >= 3  # from the checkpoint, not from 0
+        assert "high ran" in c.get(f"/jobs/{high}/logs").json()["text"]
+
+
+def test_a_dead_node_makes_its_run_lost_billed_until_last_seen(slurm_live: LiveServer) -> None:
+    p = slurm_live.platform
+    with slurm_live.new_user("neo") as c:
+        r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
+        assert r.status_code == 201, r.text
+        inst = r.json()["id"]
+        job = job_of(c, inst)
+        start = slurm_job(p, job).start_s
+        assert start is not None
+        time.sleep(1.5)
+        dev("kill-slurmd")  # slurmd and the job's processes die, as with a node that lost power
+        try:
+            wait_for(lambda: c.get(f"/instances/{inst}").json()["status"] == "lost", timeout=90)
+        finally:
+            dev("start-slurmd")
+        lost = c.get(f"/instances/{inst}").json()
+        assert "NODE_FAIL" in lost["status_reason"] and "last seen alive" in lost["status_reason"]
+        record = slurm_job(p, job)
+        assert record.state == "NODE_FAIL" and record.end_s is not None
+        assert 1 <= lost["billed_seconds"] <= record.end_s - start  # never past Slurm's own end
+
+
+def test_a_run_that_ends_while_danlu_is_down_is_billed_exactly(db_url: str, tmp_path: Path, slurm_conf: Path) -> None:
+    from danlu.accounts.service import create_user
+    from danlu.compute import instances
+
+    p1, _ = slurm_platform(db_url, tmp_path / "data", slurm_conf)
+    with p1.db.write() as s:
+        user, _ = create_user(s, "rex", 0)
+        s.expunge(user)
+    billing.admin_topup(p1, "rex", "100.00", "seed")
+    inst = instances.rent(p1, user, "A100-80GB", 1, ["sh", "-c", "sleep 3"])
+    assert inst.status == "running"
+    job = instances.show(p1, user, inst.id).backend_ref
+    assert job is not None
+    p1.db.engine.dispose()  # the server goes down; the job finishes meanwhile
+    elapsed = slurm_elapsed(p1, job.removeprefix("slurm:"))
+
+    db2 = open_database(db_url)  # a new server process: a new backend that knows nothing
+    config = p1.backend.config  # type: ignore[attr-defined]
+    p2 = Platform(
+        db=db2,
+        clock=SystemClock(),
+        backend=SlurmBackend(p1.settings.data_dir, config, sandboxed=p1.sandbox.sandboxed),
+        settings=p1.settings,
+        sandbox=p1.sandbox,
+    )
+    reconcile(p2)
+    meter_all(p2)
+    view = instances.show(p2, user, inst.id)
+    assert (view.status, view.exit_code) == ("exited", 0)
+    assert view.billed_seconds == elapsed >= 3
+    assert view.cost_minor == elapsed
+    total, _ = billing.ledger_totals(p2)
+    assert total == 0
+    end_runs(p2)
+    db2.engine.dispose()
+
+
+def test_an_unreachable_controller_refuses_new_rentals_and_keeps_running_ones(slurm_live: LiveServer) -> None:
+    with slurm_live.new_user("ivy") as c:
+        r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
+        assert r.status_code == 201, r.text
+        inst = r.json()["id"]
+        dev("stop-slurmctld")
+        try:
+            time.sleep(1.0)  # a few ticks find Slurm silent
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "backend_unavailable"
+            assert "does not answer" in r.json()["error"]["message"]
+            assert c.get(f"/instances/{inst}").json()["status"] == "running"  # kept, not judged lost
+            assert len(c.get("/instances").json()) == 1  # the refused rental left nothing behind
+        finally:
+            dev("start-slurmctld")
+        wait_for(
+            lambda: (
+                c.post(
+                    "/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]}
+                ).status_code
+                == 201
+            ),
+            timeout=60,
+        )
+        assert c.get(f"/instances/{inst}").json()["status"] == "running"
