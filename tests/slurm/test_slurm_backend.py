@@ -7,6 +7,7 @@ Slurm's own records: the billed seconds of a run are its job's EndTime - StartTi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -20,13 +21,14 @@ import pytest
 from sqlalchemy import select
 
 from danlu.billing import service as billing
+from danlu.compute.backends.base import RunUsage
 from danlu.compute.backends.slurm import JobRecord, SlurmBackend, SlurmCli, SlurmConfig, discover
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
-from danlu.db.models import Allocation
+from danlu.db.models import Allocation, Instance
 from danlu.server.bootstrap import bootstrap
 from tests.conftest import (
     WORKER_UIDS,
@@ -140,6 +142,10 @@ def test_rentals_run_as_slurm_jobs_and_are_billed_slurms_elapsed_seconds(slurm_l
         record = slurm_job(p, job)
         assert (record.state, record.name, record.node) == ("RUNNING", f"danlu-{inst}", "dev0")
         wait_for(lambda: f"hello from {inst}" in c.get(f"/instances/{inst}/logs").json()["text"])
+        with p.db.read() as s:
+            handle = s.get(Instance, inst).run_handle  # type: ignore[union-attr]
+        used = wait_for(lambda: p.backend.usage([handle]).get(handle))  # written by the runner on the node
+        assert isinstance(used, RunUsage) and used.rss_bytes > 0
         time.sleep(2.5)
         assert c.post(f"/instances/{inst}/stop").status_code == 200
         wait_for(lambda: c.get(f"/instances/{inst}").json()["status"] == "stopped")
@@ -156,7 +162,9 @@ def test_rentals_run_as_slurm_jobs_and_are_billed_slurms_elapsed_seconds(slurm_l
         assert stopped["cost"] == f"{elapsed / 100:.2f}"  # 1 fen per second
 
         # A command that ends by itself: billing ends at Slurm's EndTime, with its exit code.
-        r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sh", "-c", "sleep 2; exit 4"]})
+        r = c.post(
+            "/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sh", "-c", "sleep 2; exit 4"]}
+        )
         assert r.status_code == 201, r.text
         done_id = r.json()["id"]
         done_job = job_of(c, done_id)
@@ -183,7 +191,9 @@ def test_twenty_concurrent_rentals_for_the_last_free_gpu_get_exactly_one(slurm_l
         def rent() -> None:
             with slurm_live.client(c.headers["Authorization"].removeprefix("Bearer ")) as mine:
                 barrier.wait()
-                r = mine.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
+                r = mine.post(
+                    "/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]}
+                )
                 results.append(r.status_code)
 
         threads = [threading.Thread(target=rent) for _ in range(20)]
@@ -305,3 +315,40 @@ def test_an_unreachable_controller_refuses_new_rentals_and_keeps_running_ones(sl
             timeout=60,
         )
         assert c.get(f"/instances/{inst}").json()["status"] == "running"
+
+
+def test_a_server_that_dies_between_submit_and_record_leaves_nothing_running_or_billed(
+    db_url: str, tmp_path: Path, slurm_conf: Path
+) -> None:
+    from danlu.accounts.service import create_user
+    from danlu.compute import instances
+
+    p, _ = slurm_platform(db_url, tmp_path / "data", slurm_conf)
+    with p.db.write() as s:
+        user, _ = create_user(s, "kai", 0)
+        s.expunge(user)
+    billing.admin_topup(p, "kai", "100.00", "seed")
+    backend = p.backend
+    assert isinstance(backend, SlurmBackend)
+    submitted: list[str] = []
+    real_launch = backend.launch
+
+    def launch_then_die(spec: Any) -> str:
+        handle = real_launch(spec)
+        submitted.append(str(json.loads(handle)["job"]))
+        raise KeyboardInterrupt  # the server dies with the job submitted (held) and nothing recorded
+
+    backend.launch = launch_then_die  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        instances.rent(p, user, "A100-80GB", 1, ["sleep", "300"])
+    assert slurm_job(p, submitted[0]).state == "PENDING"  # held, never released
+    backend.launch = real_launch  # type: ignore[method-assign]
+    backend._launching.clear()  # a new server process knows of no launch in progress
+    reconcile(p)
+    with p.db.read() as s:
+        inst = s.scalars(select(Instance)).one()
+    assert inst.status == "failed" and "not billed" in inst.status_reason
+    assert wait_for(lambda: slurm_job(p, submitted[0]).state == "CANCELLED")
+    meter_all(p)
+    assert billing.balance(p, user).balance_minor == 100_00
+    p.db.engine.dispose()

@@ -255,6 +255,7 @@ class SlurmBackend:
         count = spec.gpu_count
         partition = self.config.spot_partition if spec.interruptible else self.config.partition
         args = ["sbatch", "--parsable", "--hold", f"--job-name={JOB_PREFIX}{spec.run_id}", "--no-requeue"]
+        args.append("--export=NONE")  # the server's environment stays on the server
         args += ["--output=/dev/null", "--error=/dev/null", f"--chdir={script.parent}"]
         if partition or self.config.partition:
             args.append(f"--partition={partition or self.config.partition}")
