@@ -22,9 +22,10 @@ from danlu.core.errors import InvalidInput
 
 
 def test_squeue_lines_give_epoch_times_and_unset_times_are_none() -> None:
-    out = "41|danlu-i-1|RUNNING|1764870000|1764873600|None|dev0\n42|danlu-i-2|PENDING|N/A|N/A|Resources|\n"
+    out = "41|danlu-i-1|RUNNING|1764870000|1764873600|None|dev0|spot\n42|danlu-i-2|PENDING|N/A|N/A|Resources||gpu\n"
     jobs = parse_squeue(out)
-    assert jobs["41"] == JobRecord("41", "danlu-i-1", "RUNNING", 1764870000, 1764873600, "None", "dev0")
+    want = JobRecord("41", "danlu-i-1", "RUNNING", 1764870000, 1764873600, "None", "dev0", partition="spot")
+    assert jobs["41"] == want
     assert jobs["42"].start_s is None and jobs["42"].reason == "Resources"
 
 

@@ -215,6 +215,13 @@ def test_a_job_preempted_with_notice_resumes_from_its_checkpoint(slurm_live: Liv
         assert r.status_code == 201, r.text
         low = r.json()["id"]
         wait_for(lambda: c.get(f"/jobs/{low}").json()["status"] == "running")
+
+        def run_handle() -> str | None:
+            with p.db.read() as s:
+                return s.scalars(select(Instance.run_handle).where(Instance.job_id == low)).one()
+
+        handle = wait_for(run_handle)  # recorded once Slurm runs it
+        assert slurm_job(p, str(json.loads(str(handle))["job"])).partition == "spot"  # interruptible work
         step = p.sandbox_root / "jobs" / low / "checkpoints" / "step"
         wait_for(lambda: step.exists() and int(step.read_text() or 0) >= 3)
         r = c.post("/jobs", json={"command": ["sh", "-c", "echo high ran"], "gpus": 4, "priority": "high"})

@@ -122,7 +122,7 @@ def build_spec(
         host=host.name,
         gpu_model=inst.gpu_model if gpus else "",
         gpu_count=len(gpus),
-        interruptible=bool(inst.interruptible),
+        interruptible=alloc.plan == "interruptible",
     )
 
 

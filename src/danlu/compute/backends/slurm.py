@@ -39,7 +39,7 @@ from danlu.core.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 JOB_PREFIX = "danlu-"
-SQUEUE_FORMAT = "%i|%j|%T|%S|%e|%r|%N"
+SQUEUE_FORMAT = "%i|%j|%T|%S|%e|%r|%N|%P"
 # Slurm job states (squeue %T) → how a run stands. COMPLETING: the job has ended but Slurm is still
 # cleaning its processes up; its GPUs are not free yet, so it counts as running until it is gone.
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "RESIZING"}
@@ -63,6 +63,7 @@ class JobRecord:
     reason: str = ""
     node: str = ""
     exit_code: int | None = None
+    partition: str = ""
 
 
 def _epoch(text: str) -> int | None:
@@ -78,8 +79,16 @@ def parse_squeue(out: str) -> dict[str, JobRecord]:
         if len(parts) < 7:
             continue
         job_id, name, state, start, end, reason, node = parts[:7]
+        partition = parts[7] if len(parts) > 7 else ""
         jobs[job_id.strip()] = JobRecord(
-            job_id.strip(), name, state.strip().split()[0], _epoch(start), _epoch(end), reason, node
+            job_id.strip(),
+            name,
+            state.strip().split()[0],
+            _epoch(start),
+            _epoch(end),
+            reason,
+            node,
+            partition=partition,
         )
     return jobs
 
