@@ -40,6 +40,7 @@ from danlu.billing.pricing import Plan
 from danlu.scheduling.backfill import Timeline
 from danlu.scheduling.deferral import cheaper_start, horizon_for
 from danlu.scheduling.fairshare import within_quota
+from danlu.scheduling.las import schedule_las
 from danlu.scheduling.model import Allocation, ClusterView, Decision, Defer, JobRequest, Preempt, Start
 from danlu.scheduling.placement import FreeIndex
 from danlu.scheduling.policies import Batch, Policy, any_type_index, order_keys
@@ -49,6 +50,8 @@ Option = tuple[int, int, str, str]  # (start_ms, finish_ms, model, host)
 
 
 def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
+    if policy.order == "las":
+        return schedule_las(view)
     index = FreeIndex(view.hosts)
     timeline = Timeline(view.now_ms, index, view.running)
     preemptor = Preemptor(view) if policy.preempt else None

@@ -160,11 +160,15 @@ class Engine:
         return self._next_wake(now)
 
     def _round(self, now: int, queue: tuple[JobRequest, ...]) -> None:
+        running = tuple(self.running.values())
+        if self.policy.order == "las":
+            queue = tuple(replace(r, attained_ms=self._attained(r.id, now)) for r in queue)
+            running = tuple(replace(a, attained_ms=self._attained(a.job_id, now)) for a in running)
         view = ClusterView(
             now_ms=now,
             hosts=tuple(replace(h, free_gpus=self._free[h.id]) for h in self.hosts),
             queue=queue,
-            running=tuple(self.running.values()),
+            running=running,
             prices=self.prices,
             quotas_gpus=self.quotas_gpus,
             usage=self.usage,
@@ -183,6 +187,19 @@ class Engine:
             elif isinstance(decision, Defer) and decision.off_peak and decision.until_ms is not None:
                 self.jobs[decision.job_id].defer_until_ms = decision.until_ms
                 self._deferred[decision.job_id] = decision.until_ms
+
+    def _attained(self, job_id: str, now: int) -> int:
+        """GPU-ms of progress so far, at the speed of the job's fastest type (for ``las``)."""
+        state = self.jobs[job_id]
+        durations = state.request.durations_ms
+        fastest = min((d for d in durations.values() if d > 0), default=0)
+        remaining = state.remaining
+        alloc = self.running.get(job_id)
+        if alloc is not None:
+            full = durations.get(alloc.gpu_model, 0)
+            lost = self.restart_overhead_ms if state.resumed else 0
+            remaining -= max(0, now - alloc.start_ms - lost) / full if full else 0.0
+        return round(max(0.0, 1.0 - remaining) * fastest * state.request.gpus)
 
     def _start(self, d: Start, now: int) -> None:
         state = self.jobs[d.job_id]
@@ -237,6 +254,9 @@ class Engine:
             self.stats.preemptions += 1
         self.stats.decisions += 1
         self.executor.notify_preempt(d.job_id, d.notice_deadline_ms, now)
+        if d.notice_deadline_ms <= now:  # no notice (the las baseline): off its GPUs before this round's starts
+            self.executor.stop(d.job_id, now)
+            self._ended(d.job_id, now, "stopped")
 
     def _ended(self, job_id: str, at_ms: int, kind: ExitKind) -> None:
         alloc = self.running.pop(job_id, None)

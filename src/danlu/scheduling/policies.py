@@ -26,7 +26,7 @@ from typing import Literal
 from danlu.scheduling.fairshare import fairshare_factors
 from danlu.scheduling.model import ClusterView, JobRequest
 
-Order = Literal["fifo", "priority", "danlu"]
+Order = Literal["fifo", "priority", "danlu", "las"]
 Choice = Literal["any", "balanced", "cheapest"]
 DeferMode = Literal["never", "deadline", "always"]
 
@@ -56,6 +56,8 @@ class Policy:
     # longest job, or no job has joined it for as long as its work will take (see batch_horizon)
     batch_lpt: bool = True
     batch_depth: float = 2.0
+    # the notice this policy gives in the simulator (None: the caller's); las: 0, as Gavel's leases
+    notice_ms: int | None = None
 
 
 POLICIES: dict[str, Policy] = {
@@ -66,13 +68,21 @@ POLICIES: dict[str, Policy] = {
 }
 
 
-def get_policy(name: str) -> Policy:
+# Baselines for the simulator only (the live server has no attained-service bookkeeping):
+# * ``las``: heterogeneity-aware least attained service with Gavel's 360 s time slices (las.py).
+SIM_POLICIES: dict[str, Policy] = {
+    "las": Policy("las", "las", "balanced", backfill=False, preempt=True, defer="never", round_ms=360_000, notice_ms=0),
+}
+
+
+def get_policy(name: str, *, simulator: bool = False) -> Policy:
     from danlu.core.errors import InvalidInput
 
+    known = {**POLICIES, **SIM_POLICIES} if simulator else POLICIES
     try:
-        return POLICIES[name]
+        return known[name]
     except KeyError:
-        raise InvalidInput("unknown_policy", f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
+        raise InvalidInput("unknown_policy", f"unknown policy {name!r}; choose from {', '.join(known)}") from None
 
 
 def any_type_index(job_id: str, n: int, seed: int = 0) -> int:

@@ -147,7 +147,8 @@ def simulate(
     aligned to the trace start (like a live server's scheduling interval); ``None`` takes the
     policy's own interval (fifo: Gavel's 360 s) or else 60 s; ``round_ms=1`` makes every event
     its own round. ``seed`` changes the random type pick of fifo/backfill."""
-    policy = replace(get_policy(policy_name), seed=seed)
+    policy = replace(get_policy(policy_name, simulator=True), seed=seed)
+    notice_ms = policy.notice_ms if policy.notice_ms is not None else notice_ms
     round_ms = round_ms or policy.round_ms or DEFAULT_ROUND_MS
     clock = FakeClock(setup.start_ms)
     executor = SimExecutor({r.id: r.durations_ms for r in requests}, restart_overhead_ms)
