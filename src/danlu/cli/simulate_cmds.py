@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 
-from danlu.cli.output import JsonOpt, console, fail, print_json, print_table
-from danlu.core.errors import DanluError
+from danlu.cli.output import JsonOpt, console, err_console, fail, print_json, print_table
+from danlu.core.errors import DanluError, InvalidInput
+from danlu.scheduling import simulator
 from danlu.scheduling.scenario import Scenario, load_scenario
 from danlu.scheduling.simulator import SimSetup, simulate, summarize, to_requests
 from danlu.scheduling.traces import read_trace
+
+DEMO_SCENARIO = "demo16.json"  # in danlu/scheduling/demo/, with its trace, throughputs and sources
 
 COLUMNS = [
     ("policy", "policy"),
@@ -31,6 +37,42 @@ COLUMNS = [
 ]
 
 
+def demo_dir() -> Path:
+    """The built-in demo's folder (package data: a scenario, a 40-job Gavel trace, throughputs)."""
+    root = resources.files("danlu.scheduling").joinpath("demo")
+    if not isinstance(root, Path) or not root.joinpath(DEMO_SCENARIO).is_file():
+        raise InvalidInput("no_demo", "this installation of danlu has no demo scenario; pass --scenario and --trace")
+    return root
+
+
+class StatusLine:
+    """A live line on ``stream`` (a terminal) while a policy replays: jobs done of all, simulated
+    hours. Redrawn at most every ``every_s`` of wall time; :meth:`clear` erases it."""
+
+    def __init__(self, stream: TextIO, start_ms: int, policies: int, every_s: float = 0.1) -> None:
+        self.stream, self.start_ms, self.policies, self.every_s = stream, start_ms, policies, every_s
+        self.policy, self.index, self._drawn_at = "", 0, float("-inf")
+
+    def begin(self, policy: str, index: int) -> None:
+        self.policy, self.index, self._drawn_at = policy, index, float("-inf")
+
+    def update(self, done: int, total: int, now_ms: int) -> None:
+        now = time.monotonic()
+        if now - self._drawn_at < self.every_s and done < total:
+            return
+        self._drawn_at = now
+        hours = (now_ms - self.start_ms) / simulator.MS_PER_H
+        self.stream.write(
+            f"\r\x1b[Ksimulating {self.policy} ({self.index}/{self.policies}): "
+            f"{done}/{total} jobs done, {hours:.1f} h simulated"
+        )
+        self.stream.flush()
+
+    def clear(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+
 def run_simulation(
     scenario: Scenario,
     trace: Path,
@@ -43,13 +85,16 @@ def run_simulation(
     restart_overhead_s: int = 30,
     seed: int = 0,
     estimate_missing: bool = False,
+    status: StatusLine | None = None,
 ) -> list[dict[str, Any]]:
     prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
     setup = SimSetup(scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1])
     requests = to_requests(setup, read_trace(trace), interruptible=interruptible, estimate_missing=estimate_missing)
     assumptions = [f"tariff {t.name!r} is a synthetic assumption" for t in prices.tariffs if t.synthetic]
     rows = []
-    for name in policies:
+    for n, name in enumerate(policies, 1):
+        if status is not None:
+            status.begin(name, n)
         engine = simulate(
             setup,
             requests,
@@ -58,6 +103,7 @@ def run_simulation(
             round_ms=None if round_s is None else max(1, round_s) * 1000,
             restart_overhead_ms=restart_overhead_s * 1000,
             seed=seed,
+            progress=status.update if status is not None else None,
         )
         row = summarize(engine, setup, name)
         row["trace"] = trace.stem
@@ -86,8 +132,15 @@ def reference_rows(scenario: Scenario, trace: Path) -> list[dict[str, Any]]:
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate_cmd(
-        scenario: Path = typer.Option(..., "--scenario", help="Scenario JSON (cluster, prices, tariffs)."),
-        trace: Path = typer.Option(..., "--trace", help="Trace file: Gavel 10-column or Tiresias CSV."),
+        scenario: Path | None = typer.Option(
+            None, "--scenario", help="Scenario JSON (cluster, prices, tariffs). Without it and --trace: the demo."
+        ),
+        trace: Path | None = typer.Option(
+            None, "--trace", help="Trace file: Gavel 10-column or Tiresias CSV (default: the scenario's first)."
+        ),
+        demo: bool = typer.Option(
+            False, "--demo", help="The built-in demo: 16 GPUs of 3 types, the first 40 jobs of a Gavel trace."
+        ),
         policies: str = typer.Option("fifo,backfill,danlu,danlu-cost", "--policies", help="Comma-separated."),
         tariffs: bool = typer.Option(True, "--tariffs/--no-tariffs", help="Apply the scenario's tariffs."),
         interruptible: bool = typer.Option(
@@ -109,9 +162,28 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JsonOpt,
     ) -> None:
         """Replay a trace through each policy and print one row per policy (and Gavel's reference)."""
+        use_demo = demo or (scenario is None and trace is None)
+        if demo and (scenario is not None or trace is not None):
+            fail("--demo runs the built-in scenario and trace: give it no --scenario or --trace", "bad_input")
+        if scenario is None and trace is not None:
+            fail("--trace needs --scenario (the cluster, prices and throughputs to replay it on)", "bad_input")
+        status: StatusLine | None = None
         try:
-            loaded = load_scenario(scenario)
+            loaded = load_scenario(demo_dir() / DEMO_SCENARIO if use_demo or scenario is None else scenario)
+            if trace is None:
+                if not loaded.trace_paths:
+                    fail(f"scenario {loaded.name} names no trace: pass --trace", "bad_input")
+                trace = loaded.trace_paths[0]
+            if use_demo:
+                (err_console if as_json else console).print(
+                    f"demo: the built-in scenario {loaded.name} ({loaded.total_gpus} GPUs: "
+                    f"{', '.join(loaded.models)}) and trace {trace.stem}; for your own: --scenario FILE --trace FILE",
+                    markup=False,
+                    highlight=False,
+                )
             names = [p.strip() for p in policies.split(",") if p.strip()]
+            if not as_json and sys.stderr.isatty():  # a live line for a person watching, never in a pipe or log
+                status = StatusLine(sys.stderr, loaded.start_ms, len(names))
             rows = run_simulation(
                 loaded,
                 trace,
@@ -123,11 +195,15 @@ def register(app: typer.Typer) -> None:
                 restart_overhead_s=restart_overhead_s,
                 seed=seed,
                 estimate_missing=estimate_missing,
+                status=status,
             )
         except DanluError as exc:
             fail(exc.message, exc.code)
         except OSError as exc:
             fail(f"cannot read input: {exc}", "bad_input")
+        finally:
+            if status is not None:
+                status.clear()
         if as_json:
             print_json(rows)
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from danlu.billing.pricing import PriceBook
@@ -34,6 +34,7 @@ class SimExecutor:
         self._remaining: dict[str, float] = {}
         self._running: dict[str, tuple[int, str, int, int]] = {}  # job -> (start, model, end, lost)
         self._heap: list[tuple[int, str]] = []
+        self.finished = 0  # jobs that ran to their end (for a progress line)
 
     def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int) -> None:
         left = self._remaining.setdefault(job_id, 1.0)
@@ -57,6 +58,7 @@ class SimExecutor:
             if job_id in self._running and self._running[job_id][2] == end:
                 del self._running[job_id]
                 out.append(ExecEvent(job_id, "succeeded", end))
+                self.finished += 1
         return out
 
     def next_event_ms(self) -> int | None:
@@ -142,11 +144,13 @@ def simulate(
     round_ms: int | None = None,
     restart_overhead_ms: int = 30_000,
     seed: int = 0,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> Engine:
     """Replay ``requests``. Rounds run at most once per ``round_ms`` of virtual time, on a grid
     aligned to the trace start (like a live server's scheduling interval); ``None`` takes the
     policy's own interval (fifo: Gavel's 360 s) or else 60 s; ``round_ms=1`` makes every event
-    its own round. ``seed`` changes the random type pick of fifo/backfill."""
+    its own round. ``seed`` changes the random type pick of fifo/backfill. ``progress(jobs finished,
+    jobs, virtual now)`` is called after every round (a CLI's status line)."""
     policy = replace(get_policy(policy_name, simulator=True), seed=seed)
     notice_ms = policy.notice_ms if policy.notice_ms is not None else notice_ms
     round_ms = round_ms or policy.round_ms or DEFAULT_ROUND_MS
@@ -171,6 +175,8 @@ def simulate(
             engine.submit(pending[i])
             i += 1
         wake = engine.tick()
+        if progress is not None:
+            progress(executor.finished, len(requests), now)
         nxt = [t for t in (wake, pending[i].submit_ms if i < len(pending) else None) if t is not None]
         if not nxt:
             return engine
