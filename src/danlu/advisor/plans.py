@@ -56,6 +56,8 @@ class Source:
     platform: bool = False
     available: int | None = None
     plans: PlatformPlans = field(default_factory=PlatformPlans)
+    source: str = ""  # where the price comes from (the catalog row's source; "this platform")
+    outlier: bool = False  # the catalog flags this rate as far below the other providers' median
 
 
 @dataclass(frozen=True, slots=True)

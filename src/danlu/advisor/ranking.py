@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +19,7 @@ from danlu.advisor.plans import PLAN_PRICERS, PlanContext, PlatformOffer, Platfo
 from danlu.advisor.timing import Measured, estimate_hours
 from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import GpuModel, gpu_models
-from danlu.catalog.prices import PriceCatalog
+from danlu.catalog.prices import PriceCatalog, source_label
 from danlu.core.money import exponent, format_minor
 
 PLATFORM_PROVIDER = "this platform"
@@ -42,6 +43,12 @@ class Option:
     note: str
     as_of: str | None
     fixes: tuple[str, ...]
+    source: str = ""  # where the price comes from: a catalog row's source, or "this platform"
+    outlier: bool = False  # the price is flagged far below the other providers' median
+
+    @property
+    def source_label(self) -> str:
+        return source_label(self.source) if self.source else ""
 
     @property
     def headroom(self) -> float:
@@ -73,6 +80,9 @@ class Option:
             "plan": self.plan,
             "note": self.note,
             "as_of": self.as_of,
+            "source": self.source,
+            "source_label": self.source_label,
+            "outlier": self.outlier,
             "fixes": list(self.fixes),
         }
 
@@ -96,17 +106,23 @@ def platform_sources(offers: Iterable[PlatformOffer], plans: PlatformPlans) -> l
                 True,
                 o.total,
                 plans,
+                PLATFORM_PROVIDER,
             )
         )
     return out
 
 
-def catalog_sources(catalog: PriceCatalog) -> list[Source]:
-    """Public rows with identical terms in several regions collapse into one, regions listed in ``region``."""
-    groups: dict[tuple[str, str, int, Decimal, Decimal | None, str], list[str]] = {}
-    first: dict[tuple[str, str, int, Decimal, Decimal | None, str], Source] = {}
-    for r in catalog.rows:
-        key = (r.provider, r.gpu_model, r.gpus, r.price_per_gpu_hour, r.spot_per_gpu_hour, r.currency)
+_SourceKey = tuple[str, str, int, Decimal, Decimal | None, str, date, str, bool]
+
+
+def catalog_sources(catalog: PriceCatalog, include_outliers: bool = False) -> list[Source]:
+    """The catalog rows in use (newest of each instance; outliers only if asked for). Rows with
+    identical terms in several regions collapse into one, regions listed in ``region``."""
+    groups: dict[_SourceKey, list[str]] = {}
+    first: dict[_SourceKey, Source] = {}
+    for r in catalog.usable(include_outliers):
+        key = (r.provider, r.gpu_model, r.gpus, r.price_per_gpu_hour, r.spot_per_gpu_hour, r.currency, r.as_of,
+               r.source, r.outlier)  # fmt: skip
         groups.setdefault(key, []).append(r.region)
         first.setdefault(
             key,
@@ -119,6 +135,8 @@ def catalog_sources(catalog: PriceCatalog) -> list[Source]:
                 r.spot_per_gpu_hour,
                 r.currency,
                 r.as_of,
+                source=r.source,
+                outlier=r.outlier,
             ),
         )
     out = []
@@ -135,6 +153,8 @@ def catalog_sources(catalog: PriceCatalog) -> list[Source]:
                 src.spot_rate,
                 src.currency,
                 src.as_of,
+                source=src.source,
+                outlier=src.outlier,
             )
         )
     return out
@@ -217,6 +237,8 @@ def rank_options(
                     "; ".join(x for x in (precision_note(w, gpu), quote.note) if x),
                     src.as_of.isoformat() if src.as_of else None,
                     fixes,
+                    src.source,
+                    src.outlier,
                 )
                 bkey = (src.provider, gpu.name, n, quote.plan, src.currency)
                 if bkey not in best or opt.cost_minor < best[bkey].cost_minor:

@@ -53,6 +53,8 @@ class BuyResult:
     rent_cumulative_minor: tuple[int, ...]
     break_even_utilisation: float | None  # None: owning never pays (power alone costs more than renting)
     cheaper: str
+    rent_rate: Decimal | None = None  # per GPU-hour, as used
+    rent_rate_source: str = ""  # where it comes from: "given", "this platform", or a catalog row
 
     def to_dict(self) -> dict[str, object]:
         c = self.currency
@@ -60,6 +62,8 @@ class BuyResult:
             "currency": c,
             "months": self.months,
             "cheaper": self.cheaper,
+            "rent_rate": None if self.rent_rate is None else str(self.rent_rate),
+            "rent_rate_source": self.rent_rate_source,
             "total_buy": format_minor(self.buy_cumulative_minor[-1], c),
             "total_rent": format_minor(self.rent_cumulative_minor[-1], c),
             "break_even_utilisation": None
@@ -92,4 +96,4 @@ def rent_or_buy(x: BuyInputs) -> BuyResult:
     buy_minor = tuple(round_minor(v) for v in buy)
     rent_minor = tuple(round_minor(v) for v in rent)
     cheaper = "buy" if buy_minor[-1] < rent_minor[-1] else "rent"
-    return BuyResult(x.currency, months, buy_minor, rent_minor, u_star, cheaper)
+    return BuyResult(x.currency, months, buy_minor, rent_minor, u_star, cheaper, x.rent_rate)

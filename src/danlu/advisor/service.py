@@ -4,7 +4,7 @@ cached, offline price catalog; ``today`` is passed in (no wall clock below the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -16,12 +16,16 @@ from danlu.advisor.rent_buy import BuyInputs, BuyResult, rent_or_buy
 from danlu.advisor.timing import Measured
 from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import resolve_model
-from danlu.catalog.prices import PriceCatalog, models_matching, price_catalog
+from danlu.catalog.prices import OUTLIER_DIVISOR, PriceCatalog, PriceRow, models_matching, price_catalog
 from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent, format_minor, parse_amount
 
 CURRENCY_NOTE = (
     "costs are never converted between currencies: each option states its currency; the primary currency ranks first"
+)
+OUTLIER_NOTE = (
+    f"prices under 1/{OUTLIER_DIVISOR} of the other providers' median for the GPU model are outliers: "
+    "left out unless include_outliers (--include-outliers), and marked when shown"
 )
 
 
@@ -31,6 +35,7 @@ class AdviceResult:
     primary_currency: str
     catalog: PriceCatalog
     catalog_age_days: int
+    outliers_left_out: int = 0  # catalog rows flagged outlier and not ranked
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -39,6 +44,8 @@ class AdviceResult:
             "catalog_snapshot": self.catalog.snapshot.isoformat(),
             "catalog_origin": self.catalog.origin,
             "catalog_age_days": self.catalog_age_days,
+            "outliers_left_out": self.outliers_left_out,
+            "outlier_note": OUTLIER_NOTE,
         }
 
 
@@ -56,8 +63,12 @@ def advise(
     preemption_overhead: float = 0.10,
     currency: str | None = None,
     gpu: str | None = None,
+    include_outliers: bool = False,
 ) -> AdviceResult:
-    """Rank every GPU model × count × place × plan for ``workload`` (see :func:`rank_options`)."""
+    """Rank every GPU model × count × place × plan for ``workload`` (see :func:`rank_options`).
+
+    Public prices: the newest row of each instance; rows flagged ``outlier`` only with
+    ``include_outliers`` (then ranked by cost like the rest, and marked)."""
     catalog = price_catalog()
     measured = None
     if measured_per_second is not None:
@@ -68,7 +79,7 @@ def advise(
         measured = Measured(measured_per_second, resolve_model(measured_gpu), measured_gpu_count)
     sources = platform_sources(platform_offers, platform_plans or PlatformPlans())
     if include_public:
-        sources += catalog_sources(catalog)
+        sources += catalog_sources(catalog, include_outliers)
     if currency:
         exponent(currency)
     primary = (currency or (platform_offers[0].currency if platform_offers else "USD")).upper()
@@ -106,13 +117,24 @@ def advise(
         raise InvalidInput(
             "no_option_meets_deadline", f"nothing finishes within {deadline_hours:g} h: {what}; relax --deadline"
         )
-    return AdviceResult(options, primary, catalog, catalog.age_days(today))
+    left_out = len(outlier_rows(gpu)) if include_public and not include_outliers else 0
+    return AdviceResult(options, primary, catalog, catalog.age_days(today), left_out)
 
 
 def compare(
-    gpu: str, *, hours: float = 1.0, count: int = 1, spot: bool = False, multi_machine: bool = False
+    gpu: str,
+    *,
+    hours: float = 1.0,
+    count: int = 1,
+    spot: bool = False,
+    multi_machine: bool = False,
+    include_outliers: bool = False,
 ) -> list[dict[str, Any]]:
     """Public catalog rows for ``gpu`` (a model or a family), cheapest total first.
+
+    Only the rows in use: the newest of each instance (older ones are superseded), and rows flagged
+    ``outlier`` only with ``include_outliers`` (ranked by total like the rest, ``outlier`` true).
+    Each row names its ``source`` (``source_label`` for tables) and ``as_of``, when it was observed.
 
     ``count`` GPUs on **one machine** (what a multi-GPU job needs, and what ``advise`` assumes):
     instances with fewer GPUs are left out. ``multi_machine`` also offers several smaller
@@ -123,7 +145,7 @@ def compare(
     within("count", count, 1, 4096, code="invalid_compare_input", lo_open=False)
     names = set(models_matching(gpu))
     rows = []
-    for r in price_catalog().rows:
+    for r in price_catalog().usable(include_outliers):
         if r.gpu_model not in names:
             continue
         rate = r.spot_per_gpu_hour if spot else r.price_per_gpu_hour
@@ -148,6 +170,9 @@ def compare(
                 "currency": r.currency,
                 "spot": spot,
                 "as_of": r.as_of.isoformat(),
+                "source": r.source,
+                "source_label": r.source_label,
+                "outlier": r.outlier,
                 "_total_minor": total,
             }
         )
@@ -157,25 +182,44 @@ def compare(
     if not rows:
         kind = "spot" if spot else "on-demand"
         where = "" if multi_machine or count == 1 else f" on one machine with {count} GPUs (--multi-machine: several)"
+        hidden = not include_outliers and any(
+            r.outlier and r.gpu_model in names for r in price_catalog().usable(include_outliers=True)
+        )
         raise InvalidInput(
             "no_prices",
             f"the price catalog has no {kind} prices for {gpu!r}{where}; try another GPU"
-            + (" or drop --spot" if spot else ""),
+            + (" or drop --spot" if spot else "")
+            + (" (outlier prices are left out: --include-outliers shows them)" if hidden else ""),
         )
     return rows
 
 
-def hourly_rate_for(gpu: str, platform_offers: Sequence[PlatformOffer]) -> tuple[Decimal, str, str]:
-    """(rate per GPU-hour, currency, origin): this platform's offer, else the cheapest public on-demand."""
+def outlier_rows(gpu: str | None = None) -> list[PriceRow]:
+    """Catalog rows in use that are flagged outlier (for ``gpu``, a model or a family, if given)."""
+    names = set(models_matching(gpu)) if gpu else None
+    return [r for r in price_catalog().usable(True) if r.outlier and (names is None or r.gpu_model in names)]
+
+
+def row_origin(r: PriceRow) -> str:
+    """Where a catalog price comes from, for people: provider, region, source, date, flag."""
+    flag = "; OUTLIER: far below the other providers' median" if r.outlier else ""
+    return f"{r.provider} {r.region} (public catalog: {r.source_label}, {r.as_of.isoformat()}{flag})"
+
+
+def hourly_rate_for(
+    gpu: str, platform_offers: Sequence[PlatformOffer], *, include_outliers: bool = False
+) -> tuple[Decimal, str, str]:
+    """(rate per GPU-hour, currency, origin): this platform's offer, else the cheapest public on-demand
+    row in use (the newest of its instance; not an outlier unless ``include_outliers``)."""
     names = set(models_matching(gpu))
     for o in platform_offers:
         if o.gpu_model in names:
             return Decimal(o.price_per_hour_minor).scaleb(-exponent(o.currency)), o.currency, "this platform"
-    rows = [r for r in price_catalog().rows if r.gpu_model in names and r.currency == "USD"]
+    rows = [r for r in price_catalog().usable(include_outliers) if r.gpu_model in names and r.currency == "USD"]
     if not rows:
         raise InvalidInput("no_prices", f"no price known for {gpu!r}; pass --price")
-    best = min(rows, key=lambda r: r.price_per_gpu_hour)
-    return best.price_per_gpu_hour, best.currency, f"{best.provider} {best.region} (public catalog)"
+    best = min(rows, key=lambda r: (r.price_per_gpu_hour, r.provider, r.region))
+    return best.price_per_gpu_hour, best.currency, row_origin(best)
 
 
 def plan_advice(
@@ -188,6 +232,7 @@ def plan_advice(
     discounts: dict[str, Decimal] | None = None,
     rate: Decimal | None = None,
     currency: str = "USD",
+    include_outliers: bool = False,
 ) -> dict[str, Any]:
     """The plan recommendation for ``gpu`` at the given or the best known hourly rate. Packages and
     reservations are priced at ``discounts`` (term → percent, a what-if the user gives) or else, when
@@ -195,7 +240,7 @@ def plan_advice(
     points); otherwise only hourly is priced, and the answer says why."""
     origin = "given"
     if rate is None:
-        rate, currency, origin = hourly_rate_for(gpu, platform_offers)
+        rate, currency, origin = hourly_rate_for(gpu, platform_offers, include_outliers=include_outliers)
     if discounts:
         used, source = discounts, "given"
     elif origin == "this platform" and platform_terms:
@@ -224,19 +269,24 @@ def buy_advice(
     utilisation: Decimal = Decimal("0.5"),
     hosting_per_month: str = "0",
     platform_offers: Sequence[PlatformOffer] = (),
+    include_outliers: bool = False,
 ) -> BuyResult:
-    """Rent-or-buy for one GPU of ``gpu`` at its table TDP; the rent rate defaults to the best known one."""
+    """Rent-or-buy for one GPU of ``gpu`` at its table TDP; the rent rate defaults to the best known one
+    (this platform's, else the cheapest public row in use, outliers only if ``include_outliers``)."""
     model = resolve_model(gpu)
     currency = currency.upper()
+    origin = "given"
     if rent_rate is None:
-        rent_rate, rate_currency, _ = hourly_rate_for(model.name, platform_offers)
+        rent_rate, rate_currency, origin = hourly_rate_for(
+            model.name, platform_offers, include_outliers=include_outliers
+        )
         if rate_currency != currency:
             raise InvalidInput(
                 "currency_mismatch",
                 f"the known rent rate is in {rate_currency}; "
                 f"give a rent rate in {currency} or use currency {rate_currency}",
             )
-    return rent_or_buy(
+    result = rent_or_buy(
         BuyInputs(
             parse_amount(purchase_price, currency, allow_zero=False, field="purchase price"),
             currency,
@@ -250,3 +300,4 @@ def buy_advice(
             parse_amount(hosting_per_month, currency, field="hosting per month"),
         )
     )
+    return replace(result, rent_rate=rent_rate, rent_rate_source=origin)

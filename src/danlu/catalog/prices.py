@@ -5,6 +5,16 @@ format (``danlu prices import FILE``); it is validated, then stored at ``$DANLU_
 (default ``~/.danlu``) and preferred over the bundled one. ``DANLU_PRICES_CSV`` names a file to
 use instead of both. Prices are per-GPU-hour *rates* (``Decimal``, several decimals allowed);
 totals become integer minor units only through :func:`danlu.core.money.round_minor`.
+
+The loader also judges the rows (pure, :func:`judge_rows`); every row stays in the file:
+
+* **newest wins**: a row is *superseded* when a row of the same provider, GPU model, GPUs per instance
+  and instance type (a row naming no instance type matches every instance type of another source;
+  region ``any`` matches every region) was observed later (``as_of``). Superseded rows are never used.
+* **outliers**: a row in use whose on-demand rate is under 1/:data:`OUTLIER_DIVISOR` (a third) of the median
+  of the *other* providers' rates for the same GPU model and currency (each provider counted once, at the
+  median of its rows in use; at least :data:`OUTLIER_MIN_PROVIDERS` other providers) is an *outlier*:
+  left out of rankings and default rates unless asked for, and marked wherever it is shown.
 """
 
 from __future__ import annotations
@@ -12,7 +22,9 @@ from __future__ import annotations
 import csv
 import os
 import re
-from dataclasses import dataclass
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -36,6 +48,20 @@ COLUMNS = [
     "source",
 ]
 _SNAPSHOT_RE = re.compile(r"snapshot (\d{4}-\d{2}-\d{2})")
+OUTLIER_DIVISOR = 3  # a rate under 1/3 of the other providers' median is an outlier
+OUTLIER_MIN_PROVIDERS = 3  # other providers needed before a median means anything
+ANY_REGION = frozenset({"", "any"})
+_SKYPILOT_RE = re.compile(r"skypilot-catalog\b.*catalogs/v\d+/([a-z0-9_-]+)/", re.IGNORECASE)
+
+
+def source_label(source: str) -> str:
+    """A short name for a row's source, for tables: ``FSDL cloud-gpus``, ``SkyPilot lambda``, …"""
+    if "the-full-stack/website" in source or "cloud-gpus.csv" in source:
+        return "FSDL cloud-gpus"
+    m = _SKYPILOT_RE.search(source)
+    if m:
+        return f"SkyPilot {m.group(1).lower()}"
+    return source if len(source) <= 28 else source[:27] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +74,54 @@ class PriceRow:
     spot_per_gpu_hour: Decimal | None
     currency: str
     instance_type: str
-    as_of: date
+    as_of: date  # when this price was observed (see the catalog's header for how)
     source: str
+    superseded: bool = False  # a later observation of the same instance exists: kept, never used
+    outlier: bool = False  # far below the other providers' median: used only when asked for
+    peer_median: Decimal | None = None  # the other providers' median it was judged against
+
+    @property
+    def source_label(self) -> str:
+        return source_label(self.source)
+
+
+def _same_instance(a: PriceRow, b: PriceRow) -> bool:
+    """Two observations of one offer (caller has matched provider, GPU model and GPUs per instance). A row
+    naming no instance type is any instance of that shape, but only for another source: within one list,
+    unnamed rows are distinct offers."""
+    named = bool(a.instance_type and b.instance_type)
+    same_type = a.instance_type == b.instance_type if named else a.source != b.source
+    same_region = a.region == b.region or a.region in ANY_REGION or b.region in ANY_REGION
+    return same_type and same_region
+
+
+def judge_rows(rows: tuple[PriceRow, ...]) -> tuple[PriceRow, ...]:
+    """``rows`` with ``superseded``, ``outlier`` and ``peer_median`` set (pure; order kept)."""
+    groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[(r.provider, r.gpu_model, r.gpus)].append(i)
+    superseded = set()
+    for idx in groups.values():
+        for i in idx:
+            if any(rows[j].as_of > rows[i].as_of and _same_instance(rows[i], rows[j]) for j in idx if j != i):
+                superseded.add(i)
+    by_model: dict[tuple[str, str], dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
+    for i, r in enumerate(rows):
+        if i not in superseded:
+            by_model[(r.gpu_model, r.currency)][r.provider].append(r.price_per_gpu_hour)
+    provider_rate = {key: {p: statistics.median(v) for p, v in provs.items()} for key, provs in by_model.items()}
+    out = []
+    for i, r in enumerate(rows):
+        if i in superseded:
+            out.append(replace(r, superseded=True))
+            continue
+        others = [v for p, v in provider_rate[(r.gpu_model, r.currency)].items() if p != r.provider]
+        if len(others) < OUTLIER_MIN_PROVIDERS:
+            out.append(r)
+            continue
+        peer = statistics.median(others)
+        out.append(replace(r, outlier=r.price_per_gpu_hour * OUTLIER_DIVISOR < peer, peer_median=peer))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +131,14 @@ class PriceCatalog:
     origin: str  # "bundled", or the path it was read from
     attribution: str
 
+    def usable(self, include_outliers: bool = False) -> tuple[PriceRow, ...]:
+        """The rows rankings and default rates use: never superseded ones; outliers only if asked."""
+        return tuple(r for r in self.rows if not r.superseded and (include_outliers or not r.outlier))
+
     def age_days(self, today: date) -> int:
-        """Days since the *oldest* price row was observed; the catalog is as old as its oldest row."""
-        return (today - min((r.as_of for r in self.rows), default=self.snapshot)).days
+        """Days since the *oldest* price in use was observed; the catalog is as old as its oldest row
+        (superseded rows, kept for the record, do not count)."""
+        return (today - min((r.as_of for r in self.usable(True)), default=self.snapshot)).days
 
 
 def _rate(text: str, field: str, line: int) -> Decimal:
@@ -120,7 +197,8 @@ def parse_catalog(text: str, origin: str) -> PriceCatalog:
         )
     if not rows:
         raise InvalidInput("invalid_price_catalog", "the catalog has no price rows")
-    return PriceCatalog(tuple(rows), date.fromisoformat(m.group(1)), origin, "\n".join(c[1:].strip() for c in comments))
+    attribution = "\n".join(c[1:].strip() for c in comments)
+    return PriceCatalog(judge_rows(tuple(rows)), date.fromisoformat(m.group(1)), origin, attribution)
 
 
 def operator_catalog_path() -> Path:

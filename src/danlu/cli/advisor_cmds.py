@@ -34,11 +34,34 @@ OPTION_COLUMNS = [
     ("hours", "hours"),
     ("cost", "cost"),
     ("currency", "cur"),
-    ("provider", "provider"),
+    ("provider_from", "provider, price from"),
     ("region", "region"),
     ("plan", "plan"),
     ("fixes", "to fit"),
 ]
+OUTLIERS_OPT = typer.Option(
+    False,
+    "--include-outliers",
+    help="Also use prices flagged as outliers (under 1/3 of the other providers' median); they are marked.",
+)
+
+
+def _price_from(o: dict[str, Any]) -> str:
+    """Which source and date a price comes from, and OUTLIER when it is flagged."""
+    label = o.get("source_label") or o.get("source") or ""
+    text = " ".join(x for x in (label, o.get("as_of") or "") if x)
+    return f"{text} OUTLIER" if o.get("outlier") else text
+
+
+def _outlier_note(n: int) -> None:
+    if n:
+        err_console.print(
+            f"{n} outlier price row(s) left out (under 1/3 of the other providers' median for the GPU model; "
+            "--include-outliers shows them, marked)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _fit_cells(o: dict[str, Any]) -> dict[str, str]:
@@ -111,6 +134,7 @@ def advise(
     gpu: str = typer.Option(None, help="Only this GPU model or family (A100)."),
     currency: str = typer.Option(None, help="Currency that ranks first (default: platform's, else USD)."),
     top: int = typer.Option(20, help="Rows in the table (JSON has all)."),
+    include_outliers: bool = OUTLIERS_OPT,
     as_json: bool = JsonOpt,
 ) -> None:
     """Rank GPU options for a workload by total cost, with fit, memory and time."""
@@ -145,6 +169,8 @@ def advise(
         "currency": currency,
         "gpu": gpu,
     }
+    if include_outliers:  # sent only when asked: a server without the field still answers the rest
+        extra["include_outliers"] = True
     url = os.environ.get("DANLU_URL")
     try:
         workload = build_workload(**body)  # validate locally first, in both modes
@@ -164,8 +190,17 @@ def advise(
     if as_json:
         print_json(options)
         return
-    rows = [{**o, **_fit_cells(o), "fixes": "; ".join(o["fixes"][:2])} for o in options[:top]]
+    rows = [
+        {
+            **o,
+            **_fit_cells(o),
+            "provider_from": f"{o['provider']}\n{_price_from(o)}",
+            "fixes": "; ".join(o["fixes"][:2]),
+        }
+        for o in options[:top]
+    ]
     print_table(rows, OPTION_COLUMNS, title=f"advice ({len(options)} options; {meta['currency_note']})")
+    _outlier_note(int(meta.get("outliers_left_out") or 0))
 
 
 @advise_app.command("plan")
@@ -181,6 +216,7 @@ def advise_plan(
     discount: list[str] = typer.Option(
         None, "--discount", help="What-if TERM=PCT, e.g. package-month=30 (repeatable); default: the server's terms."
     ),
+    include_outliers: bool = OUTLIERS_OPT,
     as_json: bool = JsonOpt,
 ) -> None:
     """Cheapest of hourly and the packages and reservations on sale (with DANLU_URL: this platform's
@@ -204,6 +240,8 @@ def advise_plan(
                 "gpus": gpus,
                 "discounts_pct": {k: float(v) for k, v in discounts.items()},
             }
+            if include_outliers:
+                body["include_outliers"] = True
             out = _remote(body, url, "/advice/plan")
             _source(f"server {url}")
         else:
@@ -215,6 +253,7 @@ def advise_plan(
                 rate=rate,
                 currency=currency,
                 discounts={k: Decimal(v) for k, v in discounts.items()},
+                include_outliers=include_outliers,
             )
     except DanluError as exc:
         fail(exc.message, exc.code)
@@ -245,6 +284,7 @@ def advise_buy(
     utilisation: str = typer.Option("0.5", help="Fraction of hours the GPU does useful work."),
     hosting_per_month: str = typer.Option("0", help="Hosting cost per month."),
     svg: Path = typer.Option(None, help="Also write the cumulative-cost chart as SVG here."),
+    include_outliers: bool = OUTLIERS_OPT,
     as_json: bool = JsonOpt,
 ) -> None:
     """Total cost of owning vs renting the same useful GPU-hours; break-even utilisation; chart."""
@@ -260,6 +300,7 @@ def advise_buy(
             resale_pct=Decimal(resale_pct),
             utilisation=Decimal(utilisation),
             hosting_per_month=hosting_per_month,
+            include_outliers=include_outliers,
         )
     except DanluError as exc:
         fail(exc.message, exc.code)
@@ -278,6 +319,7 @@ def advise_buy(
     if as_json:
         print_json(out)
         return
+    typer.echo(f"rent rate: {out['rent_rate']} {res.currency}/GPU-h ({out['rent_rate_source']})")
     typer.echo(text_chart(series, unit=res.currency))
     be = res.break_even_utilisation
     typer.echo(
@@ -295,19 +337,25 @@ def compare(
     multi_machine: bool = typer.Option(
         False, "--multi-machine", help="Also several smaller instances (default: all GPUs on one machine)."
     ),
+    include_outliers: bool = OUTLIERS_OPT,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Rank public providers for a GPU from the bundled, dated price catalog (offline)."""
+    """Rank public providers for a GPU from the bundled, dated price catalog (offline): the newest
+    price of each instance, with its source and date; outlier prices only with --include-outliers."""
     try:
-        rows = service.compare(gpu, hours=hours, count=count, spot=spot, multi_machine=multi_machine)
+        rows = service.compare(
+            gpu, hours=hours, count=count, spot=spot, multi_machine=multi_machine, include_outliers=include_outliers
+        )
         cat = price_catalog()
+        left_out = 0 if include_outliers else len(service.outlier_rows(gpu))
     except DanluError as exc:
         fail(exc.message, exc.code)
     if as_json:
         print_json(rows)
         return
+    flag = [("flag", "flag")] if any(r["outlier"] for r in rows[:30]) else []
     print_table(
-        rows[:30],
+        [{**r, "flag": "OUTLIER" if r["outlier"] else ""} for r in rows[:30]],
         [
             ("provider", "provider"),
             ("region", "region"),
@@ -319,13 +367,17 @@ def compare(
             ("total", "total"),
             ("currency", "cur"),
             ("as_of", "as of"),
+            ("source_label", "source"),
+            *flag,
         ],
         title=f"{gpu} × {count} for {hours:g} h ({len(rows)} offers)",
     )
     typer.echo(
-        f"catalog: {cat.origin}, snapshot {cat.snapshot}; oldest price {cat.age_days(_today())} days old",
+        f"catalog: {cat.origin}, snapshot {cat.snapshot}; oldest price in use {cat.age_days(_today())} days old; "
+        "older prices of the same instance are superseded",
         err=True,
     )
+    _outlier_note(left_out)
 
 
 @prices_app.command("info")
@@ -336,7 +388,9 @@ def prices_info(as_json: bool = JsonOpt) -> None:
         "origin": cat.origin,
         "snapshot": cat.snapshot.isoformat(),
         "rows": len(cat.rows),
-        "oldest_price": min(r.as_of for r in cat.rows).isoformat(),
+        "rows_superseded": sum(r.superseded for r in cat.rows),
+        "rows_outlier": sum(r.outlier for r in cat.rows),
+        "oldest_price": min(r.as_of for r in cat.usable(True)).isoformat(),
         "age_days": cat.age_days(_today()),
         "providers": sorted({r.provider for r in cat.rows}),
         "attribution": cat.attribution,
