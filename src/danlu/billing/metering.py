@@ -22,6 +22,7 @@ transaction:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import cast
 
 from sqlalchemy import Table, bindparam, insert, select, update
@@ -44,6 +45,44 @@ class MeterResult:
     exhausted: bool
     cutoff_ms: int | None  # where billing stopped for an exhausted payer
     capped_instances: tuple[str, ...] = ()  # instances whose hard budget cap was reached: stop them
+
+
+@dataclass(frozen=True)
+class UsagePart:
+    """What one allocation used in one posting, for the ledger line."""
+
+    instance_id: str
+    gpu_count: int
+    gpu_model: str
+    start_ms: int
+    end_ms: int
+
+
+def _utc(ms: int, fmt: str) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime(fmt)
+
+
+def _period_text(start_ms: int, end_ms: int) -> str:
+    """``2026-03-01 18:08:36–18:08:50 UTC``, or with both dates when it crosses midnight."""
+    start = _utc(start_ms, "%Y-%m-%d %H:%M:%S")
+    end = _utc(end_ms, "%H:%M:%S" if _utc(start_ms, "%Y-%m-%d") == _utc(end_ms, "%Y-%m-%d") else "%Y-%m-%d %H:%M:%S")
+    return f"{start}–{end} UTC"
+
+
+def _seconds_text(ms: int) -> str:
+    return f"{ms // 1000} s" if ms % 1000 == 0 else f"{ms / 1000:.1f} s"
+
+
+def usage_memo(parts: list[UsagePart], most: int = 3) -> str:
+    """The ledger line of a usage posting: each instance, its GPUs, the seconds and the period
+    billed, up to ``most`` of them, then how many more. Pure: the same parts give the same text."""
+    shown = [
+        f"{u.instance_id} ({u.gpu_count}× {u.gpu_model}, {_seconds_text(u.end_ms - u.start_ms)}, "
+        f"{_period_text(u.start_ms, u.end_ms)})"
+        for u in parts[:most]
+    ]
+    more = f" and {len(parts) - most} more" if len(parts) > most else ""
+    return "GPU usage of " + (", ".join(shown) or "no instance") + more
 
 
 def _target(alloc: Allocation, now_ms: int) -> int:
@@ -206,7 +245,13 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
             session,
             key=key,
             kind="usage",
-            memo=f"GPU usage of {len(allocations)} allocation(s)",
+            memo=usage_memo(
+                [
+                    UsagePart(a.instance_id, a.gpu_count, a.gpu_model, a.billed_until_ms, targets[a.id])
+                    for a in allocations
+                    if charges[a.id] > 0
+                ]
+            ),
             postings=postings,
             now_ms=now_ms,
             floors=floors,

@@ -11,11 +11,17 @@ from danlu.cli.output import JsonOpt, console, print_json, print_table
 def login(
     url: str = typer.Option(..., "--url", prompt=True, help="Server URL, e.g. http://127.0.0.1:8000"),
     token: str = typer.Option(..., "--token", prompt=True, hide_input=True, help="Your API token"),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the saved URL, user and config file as JSON (never the token)."
+    ),
 ) -> None:
     """Check a token against a server and remember both in the config file."""
     me = Client(url, token).get("/me")
     path = save_config(url, token)
-    console.print(f"logged in to {url} as {me['name']} (saved in {path})")
+    if as_json:
+        print_json({"url": url, "user": me["name"], "is_admin": me.get("is_admin", False), "config": str(path)})
+    else:
+        console.print(f"logged in to {url} as {me['name']} (saved in {path})", markup=False)
 
 
 TeamOpt = typer.Option(None, "--team", help="A team's instead of your personal account.")
@@ -83,6 +89,8 @@ def offers(
             ("per_gpu", "per GPU"),
             ("kind", "kind"),
         ],
+        whole=("gpus", "price", "kind"),
+        optional=("per_gpu", "max_per_host", "spot", "cheaper", "now", "vram_gb"),  # left out first to last
     )
 
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,19 +75,3 @@ class Client:
 
     def delete(self, path: str, **kw: Any) -> Any:
         return self.request("DELETE", path, **kw)
-
-
-def follow_log(client: Client, path: str, follow: bool, still_running: Callable[[], bool]) -> None:
-    """Print ``{path}/logs`` from the start; with ``follow``, keep polling while ``still_running()``."""
-    offset = 0
-    while True:
-        chunk = client.get(f"{path}/logs", params={"offset": offset})
-        sys.stdout.write(chunk["text"])
-        sys.stdout.flush()
-        offset = chunk["next_offset"]
-        if not follow:
-            return
-        if not chunk["text"]:
-            if not still_running():
-                return
-            time.sleep(0.5)

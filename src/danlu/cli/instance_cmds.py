@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import typer
 
-from danlu.cli.client import Client, follow_log
-from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
+from danlu.cli.client import Client
+from danlu.cli.output import JsonOpt, console, human, parse_env, print_json, print_table
 from danlu.cli.schedule_cmds import schedule_text
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, feed, limits_body, limits_text
 
@@ -20,6 +24,8 @@ COLUMNS = [
     ("cost_text", "cost"),
     ("command_text", "command"),
 ]
+WHOLE = ("name", "gpus")  # copied into other commands: never broken across lines
+OPTIONAL = ("command_text", "billed_seconds", "name")  # left out first to last on a narrow terminal
 
 
 def _row(v: dict[str, Any]) -> dict[str, Any]:
@@ -80,12 +86,12 @@ def rent(
         print_json(v)
     elif v.get("hold_id"):
         console.print(
-            f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {v['gpu_indices']}), "
+            f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {human(v['gpu_indices'])}), "
             f"on {v['hold_id']} (prepaid: `danlu holds`)"
         )
     else:
         console.print(
-            f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {v['gpu_indices']}) "
+            f"{v['id']} {v['status']} on {v['gpu_count']}× {v['gpu_model']} (GPUs {human(v['gpu_indices'])}) "
             f"at {v['price_per_hour']} {v['currency']}/GPU-h"
         )
     if not as_json and (v.get("idle_stop_s") or v.get("max_duration_s")):
@@ -98,7 +104,7 @@ def ps(all_: bool = typer.Option(False, "--all", help="Include destroyed instanc
     if as_json:
         print_json(rows)
     else:
-        print_table([_row(v) for v in rows], COLUMNS)
+        print_table([_row(v) for v in rows], COLUMNS, whole=WHOLE, optional=OPTIONAL)
 
 
 def show(
@@ -127,7 +133,7 @@ def show(
         ("sandbox_text", "sandbox"),
         ("limits_text", "limits"),
     ]:
-        console.print(f"{label:>12}: {r.get(key)}", markup=False, highlight=False)
+        console.print(f"{label:>12}: {human(r.get(key))}", markup=False, highlight=False)
     if v.get("hold_id"):
         console.print(f"{'on hold':>12}: {v['hold_id']} (prepaid; `danlu hold show {v['hold_id']}`)", markup=False)
     for key, label in [("stopped_storage_per_day", "storage/day"), ("workspace_release_at", "released at")]:
@@ -204,20 +210,73 @@ def stop(instance_id: str, as_json: bool = JsonOpt) -> None:
 def start(instance_id: str, as_json: bool = JsonOpt) -> None:
     """Start a stopped instance again with the same workspace (fails if no GPU is free)."""
     v = Client().post(f"/instances/{instance_id}/start")
-    print_json(v) if as_json else console.print(f"{v['id']} {v['status']} on GPUs {v['gpu_indices']}")
+    print_json(v) if as_json else console.print(f"{v['id']} {v['status']} on GPUs {human(v['gpu_indices'])}")
 
 
-def rm(instance_id: str) -> None:
-    """Destroy an instance and delete its workspace."""
-    Client().delete(f"/instances/{instance_id}")
-    console.print(f"{instance_id} destroyed")
+def rm(instance_id: str, as_json: bool = JsonOpt) -> None:
+    """Destroy an instance and delete its workspace; prints its final status and cost."""
+    client = Client()
+    client.delete(f"/instances/{instance_id}")
+    final = next((v for v in client.get("/instances", params={"all": True}) if v["id"] == instance_id), None)
+    if as_json:
+        print_json(final if final is not None else {"id": instance_id, "status": "destroyed"})
+    elif final is not None:
+        console.print(f"{instance_id} {final['status']}; final cost {final['cost']} {final['currency']}", markup=False)
+    else:
+        console.print(f"{instance_id} destroyed", markup=False)
 
 
-def logs(instance_id: str, follow: bool = typer.Option(False, "-f", "--follow")) -> None:
+LOG_CHUNK = 1 << 20  # the most one GET .../logs answers
+LogOffsetOpt = typer.Option(0, "--offset", min=0, help="Start at this byte (a previous --json's next_offset).")
+LogJsonOpt = typer.Option(
+    False, "--json", help='Print {"text": ..., "next_offset": ...} (with -f: one such line per new chunk).'
+)
+
+
+def print_log(
+    client: Client, path: str, follow: bool, still_running: Callable[[], bool], offset: int, as_json: bool
+) -> None:
+    """Print ``{path}/logs`` from ``offset`` to its end; with ``follow``, keep polling while
+    ``still_running()``. As JSON: the whole text read and the offset to read on from, as the API
+    answers (with ``follow``: one JSON line per new chunk)."""
+    text: list[str] = []
+    done = not follow
+    while True:
+        chunk = client.get(f"{path}/logs", params={"offset": offset})
+        full = chunk["next_offset"] - offset >= LOG_CHUNK  # the API's most: more is waiting
+        offset = chunk["next_offset"]
+        if chunk["text"]:
+            if as_json and follow:
+                sys.stdout.write(json.dumps({"text": chunk["text"], "next_offset": offset}) + "\n")
+            elif as_json:
+                text.append(chunk["text"])
+            else:
+                sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+            if full or not done:
+                continue
+        if done:
+            break
+        if not still_running():
+            done = True  # one more read: what it wrote just before it ended
+            continue
+        time.sleep(0.5)
+    if as_json and not follow:
+        print_json({"text": "".join(text), "next_offset": offset})
+
+
+def logs(
+    instance_id: str,
+    follow: bool = typer.Option(False, "-f", "--follow"),
+    offset: int = LogOffsetOpt,
+    as_json: bool = LogJsonOpt,
+) -> None:
     """Print the instance's captured stdout/stderr (``-f`` follows until it stops running)."""
     client = Client()
     path = f"/instances/{instance_id}"
-    follow_log(client, path, follow, lambda: client.get(path)["status"] in ("pending", "running", "stopping"))
+    print_log(
+        client, path, follow, lambda: client.get(path)["status"] in ("pending", "running", "stopping"), offset, as_json
+    )
 
 
 def events(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import typer
 
-from danlu.cli.client import Client, follow_log
-from danlu.cli.output import JsonOpt, console, parse_env, print_json, print_table
+from danlu.cli.client import Client
+from danlu.cli.instance_cmds import LogJsonOpt, LogOffsetOpt, print_log
+from danlu.cli.output import JsonOpt, console, human, parse_env, print_json, print_table
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, limits_body
 
 job_app = typer.Typer(help="Inspect and cancel batch jobs.", no_args_is_help=True)
@@ -21,11 +23,28 @@ COLUMNS = [
     ("cost_text", "cost"),
     ("status_reason", "why"),
 ]
+WHOLE = ("gpus_text",)
+OPTIONAL = ("preemptions", "attempts", "priority")  # left out first to last on a narrow terminal
+TERMINAL = ("succeeded", "failed", "cancelled")
 
 
-def _row(v: dict[str, Any]) -> dict[str, Any]:
+def gpu_kinds(client: Client) -> dict[str, bool]:
+    """Each GPU model of this server and whether it is simulated (as `danlu offers` marks them)."""
+    return {o["gpu_model"]: bool(o["simulated"]) for o in client.get("/offers")}
+
+
+def _row(v: dict[str, Any], kinds: dict[str, bool]) -> dict[str, Any]:
     model = v["gpu_model"] or "/".join(v["gpu_types"]) or "any"
-    return {**v, "gpus_text": f"{v['gpus']}× {model}", "cost_text": f"{v['cost']} {v['currency']}"}
+    if "simulated" in v:
+        sim = bool(v["simulated"])
+    else:  # where it runs, or (queued) every model it may run on, is simulated: marked as `danlu ps` does
+        candidates = [v["gpu_model"]] if v["gpu_model"] else (v["gpu_types"] or list(kinds))
+        sim = bool(candidates) and all(kinds.get(m, False) for m in candidates)
+    return {
+        **v,
+        "gpus_text": f"{v['gpus']}× {model}{' (sim)' if sim else ''}",
+        "cost_text": f"{v['cost']} {v['currency']}",
+    }
 
 
 def run(
@@ -70,25 +89,53 @@ def run(
 
 def jobs(as_json: bool = JsonOpt) -> None:
     """Your jobs with their state, runs, preemptions and cost."""
-    rows = Client().get("/jobs")
-    print_json(rows) if as_json else print_table([_row(v) for v in rows], COLUMNS)
+    client = Client()
+    rows = client.get("/jobs")
+    if as_json:
+        print_json(rows)
+        return
+    kinds = gpu_kinds(client) if rows else {}
+    print_table([_row(v, kinds) for v in rows], COLUMNS, whole=WHOLE, optional=OPTIONAL)
 
 
 @job_app.command("show")
 def show(job_id: str, as_json: bool = JsonOpt) -> None:
-    v = Client().get(f"/jobs/{job_id}")
+    client = Client()
+    v = client.get(f"/jobs/{job_id}")
     if as_json:
         print_json(v)
         return
-    r = _row(v)
+    r = _row(v, gpu_kinds(client))
     for key, label in [*COLUMNS, ("exit_code", "exit code"), ("submitted_at", "submitted"), ("ended_at", "ended")]:
-        console.print(f"{label:>10}: {r.get(key)}", markup=False, highlight=False)
+        console.print(f"{label:>10}: {human(r.get(key))}", markup=False, highlight=False)
 
 
 @job_app.command("cancel")
-def cancel(job_id: str, as_json: bool = JsonOpt) -> None:
-    v = Client().post(f"/jobs/{job_id}/cancel")
-    print_json(v) if as_json else console.print(f"{v['id']} {v['status']}: {v['status_reason']}")
+def cancel(
+    job_id: str,
+    wait: float = typer.Option(
+        30, "--wait", min=0, help="Seconds to wait for a running job's run to stop (0: return at once)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Cancel a job: a queued one ends at once; a running one is stopped (SIGTERM, then SIGKILL after
+    the grace period). Prints the job as it is after the cancel."""
+    client = Client()
+    v = client.post(f"/jobs/{job_id}/cancel")
+    deadline = time.monotonic() + wait
+    while v["status"] not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.25)
+        v = client.get(f"/jobs/{job_id}")
+    if as_json:
+        print_json(v)
+    elif v["status"] in TERMINAL:
+        console.print(f"{v['id']} {v['status']}: {v['status_reason']}", markup=False)
+    else:
+        console.print(
+            f"{v['id']} cancelling: its run is being stopped (SIGTERM, then SIGKILL after the grace period); "
+            f"`danlu job show {v['id']}` shows when it has ended",
+            markup=False,
+        )
 
 
 @job_app.command("events")
@@ -101,11 +148,16 @@ def events(job_id: str, as_json: bool = JsonOpt) -> None:
 
 
 @job_app.command("logs")
-def logs(job_id: str, follow: bool = typer.Option(False, "-f", "--follow")) -> None:
+def logs(
+    job_id: str,
+    follow: bool = typer.Option(False, "-f", "--follow"),
+    offset: int = LogOffsetOpt,
+    as_json: bool = LogJsonOpt,
+) -> None:
     """Output of every run of the job (runs append to one log); ``-f`` follows until it ends."""
     client = Client()
     path = f"/jobs/{job_id}"
-    follow_log(client, path, follow, lambda: client.get(path)["status"] not in ("succeeded", "failed", "cancelled"))
+    print_log(client, path, follow, lambda: client.get(path)["status"] not in TERMINAL, offset, as_json)
 
 
 def register(app: typer.Typer) -> None:

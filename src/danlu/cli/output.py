@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -21,19 +23,111 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:
-    """``columns`` is a list of (key, header). Missing keys print as empty cells; long cells wrap;
-    ids (``id``, ``*_id``, ``*_ids``) are never cut or wrapped."""
+def human(value: Any) -> str:
+    """A value as a person reads it, never as Python prints it: ``-`` for none (or empty),
+    ``yes``/``no`` for booleans, lists comma-separated."""
+    if value is None or value == "" or value == []:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(human(v) for v in value)
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None or value == "" else human(value)
+
+
+def is_id_key(key: str) -> bool:
+    return key == "id" or key.endswith(("_id", "_ids"))
+
+
+WHOLE_KEYS = frozenset({"gpu_model"})  # GPU model names are copied into `--gpu`: never broken
+
+
+def build_table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    title: str | None = None,
+    *,
+    whole: Iterable[str] = (),
+    optional: Sequence[str] = (),
+    width: int | None = None,
+) -> tuple[Table, list[str]]:
+    """The table of ``rows`` for a console ``width`` wide (default: the console's), and the headers
+    of the columns left out to fit it.
+
+    ``columns`` is a list of (key, header). Cells of ids (``id``, ``*_id``, ``*_ids``), of GPU
+    model names and of the ``whole`` keys are never cut or wrapped (they are copied into other
+    commands); other cells wrap. While the table cannot fit without breaking a word, the
+    ``optional`` keys are left out, first to last."""
+    keep = {k for k, _ in columns if is_id_key(k) or k in WHOLE_KEYS} | set(whole)
+    width = console.width if width is None else width
+    texts = [{k: _cell(r.get(k)) for k, _ in columns} for r in rows]
+
+    def least(key: str, header: str) -> int:
+        """The narrowest the column can be: its longest cell if kept whole, else its longest word."""
+        cells = [header, *(t[key] for t in texts)]
+        if key in keep:
+            return most(key, header)
+        return max((cell_len(w) for c in cells for w in c.split()), default=0)
+
+    def most(key: str, header: str) -> int:
+        """The widest it needs: its longest line."""
+        return max(cell_len(line) for c in [header, *(t[key] for t in texts)] for line in (c.splitlines() or [""]))
+
+    def room(cols: list[tuple[str, str]]) -> int:
+        return width - 3 * len(cols) - 1  # each column has 2 of padding and 1 of border, plus the last border
+
+    cols = list(columns)
+    dropped: list[str] = []
+    for key in optional:
+        if sum(least(k, h) for k, h in cols) <= room(cols):
+            break
+        dropped += [h for k, h in cols if k == key]
+        cols = [(k, h) for k, h in cols if k != key]
+    need = [least(k, h) for k, h in cols]
+    want = [most(k, h) for k, h in cols]
+    widths: list[int | None] = [None] * len(cols)
+    if sum(need) <= room(cols) < sum(want):
+        # Every word fits: share the room left over in proportion to what each column lacks, so no
+        # word is broken (Rich alone would narrow the widest columns below their longest word).
+        spare, lack = room(cols) - sum(need), [w - n for w, n in zip(want, need, strict=True)]
+        extra = [spare * x // sum(lack) for x in lack]
+        for i in sorted(range(len(cols)), key=lambda i: -lack[i])[: spare - sum(extra)]:
+            extra[i] += 1
+        widths = [n + e for n, e in zip(need, extra, strict=True)]
     table = Table(title=title)
-    for key, header in columns:
-        if key == "id" or key.endswith(("_id", "_ids")):  # an id stays whole, on one line, to be copied
-            width = max((len(str(r.get(key) or "")) for r in rows), default=0)
-            table.add_column(header, no_wrap=True, min_width=max(width, len(header)))
+    for (key, header), fixed in zip(cols, widths, strict=True):
+        if key in keep:  # stays whole, on one line, to be copied
+            table.add_column(header, no_wrap=True, min_width=least(key, header))
         else:
-            table.add_column(header, overflow="fold")  # other cells wrap rather than being cut
-    for row in rows:
-        table.add_row(*("" if row.get(k) is None else str(row.get(k)) for k, _ in columns))
+            table.add_column(header, overflow="fold", width=fixed)  # wraps rather than being cut
+    for t in texts:
+        table.add_row(*(Text(t[k]) for k, _ in cols))
+    return table, dropped
+
+
+def print_table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    title: str | None = None,
+    *,
+    whole: Iterable[str] = (),
+    optional: Sequence[str] = (),
+) -> None:
+    """Print :func:`build_table`'s table; None prints as an empty cell, booleans as yes/no. Columns
+    left out to fit the terminal are named on stderr."""
+    table, dropped = build_table(rows, columns, title, whole=whole, optional=optional)
     console.print(table)
+    if dropped:
+        err_console.print(
+            f"(left out to fit {console.width} columns: {', '.join(dropped)}; a wider terminal or --json shows them)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def parse_env(pairs: Sequence[str] | None, env_file: str | None) -> dict[str, str]:

@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, console, print_json, print_table
+from danlu.cli.output import JsonOpt, build_table, console, print_json, print_table
 
 IdleStopOpt = typer.Option(
     None,
@@ -74,6 +74,8 @@ TOP_COLUMNS = [
     ("hourly", "per hour"),
     ("idle", "idle stop"),
 ]
+TOP_WHOLE = ("name", "gpus")
+TOP_OPTIONAL = ("net", "disk", "power", "idle", "mem", "hourly", "cpu", "name")  # left out first to last
 
 
 def _top_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,14 +99,9 @@ def _top_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _top_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"danlu top — {time.strftime('%H:%M:%S')} (simulated GPUs: utilisation from CPU activity)")
-    for _, header in TOP_COLUMNS:
-        table.add_column(header, no_wrap=header == "id")
-    for r in _top_rows(rows):
-        table.add_row(*(str(r[k]) for k, _ in TOP_COLUMNS))
-    if not rows:
-        table.add_row("nothing running", *[""] * (len(TOP_COLUMNS) - 1))
-    return table
+    title = f"danlu top — {time.strftime('%H:%M:%S')} (simulated GPUs: utilisation from CPU activity)"
+    shown = _top_rows(rows) if rows else [{"id": "nothing running"}]
+    return build_table(shown, TOP_COLUMNS, title, whole=TOP_WHOLE, optional=TOP_OPTIONAL)[0]
 
 
 def top(
@@ -116,7 +113,10 @@ def top(
     client = Client()
     if as_json or once:
         rows = client.get("/top")
-        print_json(rows) if as_json else print_table(_top_rows(rows), TOP_COLUMNS)
+        if as_json:
+            print_json(rows)
+        else:
+            print_table(_top_rows(rows), TOP_COLUMNS, whole=TOP_WHOLE, optional=TOP_OPTIONAL)
         if not as_json and any(r["simulated"] for r in rows):
             console.print("simulated GPUs: their utilisation is the run's CPU activity (docs/telemetry.md)")
         return
