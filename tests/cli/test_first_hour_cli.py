@@ -193,3 +193,38 @@ def test_json_for_rm_logs_job_logs_and_login(
             "config": str(tmp_path / "danlu.json"),
         }
         assert json.loads((tmp_path / "danlu.json").read_text())["token"] == admin  # saved, only not printed
+
+
+def test_ps_watch_redraws_live_until_interrupted(server: tuple[str, Path]) -> None:  # noqa: F811
+    import os
+    import pty
+    import signal
+    import subprocess
+    import time
+
+    from tests.cli.test_contract import DANLU
+
+    url, data = server
+    cli = Cli(url, (data / "admin-token").read_text().strip())
+    cli("admin", "price", "set", "T4", "3.60")
+    cli("admin", "topup", "admin", "10.00")
+    iid = json.loads(cli("rent", "--gpu", "T4", "--json", "--", "sleep", "120").stdout)["id"]
+    master, slave = pty.openpty()
+    env = {**cli.env, "COLUMNS": "160", "NO_COLOR": "1"}
+    proc = subprocess.Popen([*DANLU, "ps", "--watch", "--interval", "0.5"], env=env, stdout=slave, stderr=slave)
+    os.close(slave)
+    shown, began = b"", time.monotonic()
+    os.set_blocking(master, False)
+    while time.monotonic() - began < 4:
+        try:
+            shown += os.read(master, 65536)
+        except BlockingIOError:
+            time.sleep(0.05)
+        except OSError:
+            break
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 0
+    os.close(master)
+    text = shown.decode(errors="replace")
+    assert iid in text and "running" in text
+    assert len(set(re.findall(r"danlu ps — (\d\d:\d\d:\d\d)", text))) >= 2  # redrawn, with the time moving on

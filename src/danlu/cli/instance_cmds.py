@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, console, human, parse_env, print_json, print_table
+from danlu.cli.output import JsonOpt, build_table, console, human, parse_env, print_json, print_table
 from danlu.cli.schedule_cmds import schedule_text
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, feed, limits_body, limits_text
 
@@ -98,13 +98,35 @@ def rent(
         console.print(f"limits: {limits_text(v)} (`--idle-stop off` to keep it running idle)")
 
 
-def ps(all_: bool = typer.Option(False, "--all", help="Include destroyed instances."), as_json: bool = JsonOpt) -> None:
-    """Your instances with live cost."""
-    rows = Client().get("/instances", params={"all": all_})
+def ps(
+    all_: bool = typer.Option(False, "--all", help="Include destroyed instances."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Redraw every --interval seconds until Ctrl-C."),
+    interval: float = typer.Option(1.0, "--interval", help="With --watch: seconds between redraws (at least 0.5)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Your instances with live cost (``--watch``: a live view, status and cost by the second)."""
+    client = Client()
+    rows = client.get("/instances", params={"all": all_})
     if as_json:
         print_json(rows)
-    else:
+        return
+    if not watch:
         print_table([_row(v) for v in rows], COLUMNS, whole=WHOLE, optional=OPTIONAL)
+        return
+    from rich.live import Live
+
+    def table(rows: list[dict[str, Any]]) -> Any:
+        title = f"danlu ps — {time.strftime('%H:%M:%S')} (Ctrl-C to stop)"
+        shown = [_row(v) for v in rows] or [{"id": "no instances"}]
+        return build_table(shown, COLUMNS, title, whole=WHOLE, optional=OPTIONAL)[0]
+
+    with Live(table(rows), console=console, refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(max(0.5, interval))
+                live.update(table(client.get("/instances", params={"all": all_})))
+        except KeyboardInterrupt:
+            pass
 
 
 def show(

@@ -75,6 +75,15 @@ Adapter = Annotated[str, _one_of(ADAPTERS), _else(ADAPTERS, "adapter")]
 Sharding = Annotated[str, _one_of(SHARDINGS), _else(SHARDINGS, "sharding")]
 
 
+OUTLIERS_TEXT = (
+    "also rank public prices flagged outlier (under 1/3 of the other providers' median for the GPU model), "
+    "marked outlier: true; default false: left out"
+)
+SOURCE_TEXT = "where the price comes from: the public catalog row's source (full attribution), or 'this platform'"
+SOURCE_LABEL_TEXT = "short name of source for tables: FSDL cloud-gpus, SkyPilot lambda/gcp/vast, this platform"
+AS_OF_TEXT = "the day the price was observed (YYYY-MM-DD; the source's list date where the row carries none)"
+OUTLIER_TEXT = "the price is far below the other providers' median (under 1/3): shown only with include_outliers"
+
 OffersDep = Annotated[list[PlatformOffer], Depends(get_platform_offers)]
 PlansDep = Annotated[PlatformPlans, Depends(get_platform_plans)]
 
@@ -107,6 +116,7 @@ class AdviceRequest(Strict):
     currency: Currency | None = None
     gpu: GpuOrFamily | None = None
     include_public: bool = True
+    include_outliers: bool = Field(False, description=OUTLIERS_TEXT)
 
 
 class OptionOut(BaseModel):
@@ -128,7 +138,10 @@ class OptionOut(BaseModel):
     region: str
     plan: str
     note: str
-    as_of: str | None
+    as_of: str | None = Field(description=AS_OF_TEXT + "; null for this platform's offers")
+    source: str = Field(description=SOURCE_TEXT)
+    source_label: str = Field(description=SOURCE_LABEL_TEXT)
+    outlier: bool = Field(description=OUTLIER_TEXT)
     fixes: list[str]
 
 
@@ -139,6 +152,8 @@ class AdviceResponse(BaseModel):
     catalog_snapshot: str
     catalog_origin: str
     catalog_age_days: int
+    outliers_left_out: int = Field(description="public rows flagged outlier, not ranked (0 with include_outliers)")
+    outlier_note: str = Field(description="the outlier rule, in words")
     options: list[OptionOut]
 
 
@@ -153,6 +168,7 @@ def post_advice(body: AdviceRequest, offers: OffersDep, plans: PlansDep) -> Advi
         "currency",
         "gpu",
         "include_public",
+        "include_outliers",
     }
     workload = build_workload(**body.model_dump(include=w_fields))
     result = service.advise(
@@ -168,6 +184,7 @@ def post_advice(body: AdviceRequest, offers: OffersDep, plans: PlansDep) -> Advi
         preemption_overhead=body.preemption_overhead,
         currency=body.currency,
         gpu=body.gpu,
+        include_outliers=body.include_outliers,
     )
     source = f"server: {len(offers)} platform offer(s)" + (" + public catalog" if body.include_public else "")
     return AdviceResponse(source=source, **result.meta(), options=[OptionOut(**o.to_dict()) for o in result.options])
@@ -184,7 +201,10 @@ class CompareRow(BaseModel):
     total: str
     currency: str
     spot: bool
-    as_of: str
+    as_of: str = Field(description=AS_OF_TEXT)
+    source: str = Field(description=SOURCE_TEXT)
+    source_label: str = Field(description=SOURCE_LABEL_TEXT)
+    outlier: bool = Field(description=OUTLIER_TEXT)
 
 
 @router.get("/advice/compare", response_model=list[CompareRow])
@@ -194,8 +214,12 @@ def get_compare(
     count: Annotated[int, Query(ge=1, le=MAX_GPUS)] = 1,
     spot: bool = False,
     multi_machine: Annotated[bool, Query(description="also several smaller instances (default: one machine)")] = False,
+    include_outliers: Annotated[bool, Query(description=OUTLIERS_TEXT)] = False,
 ) -> list[CompareRow]:
-    rows = service.compare(gpu, hours=hours, count=count, spot=spot, multi_machine=multi_machine)
+    """Public catalog rows in use (the newest of each instance), cheapest total first."""
+    rows = service.compare(
+        gpu, hours=hours, count=count, spot=spot, multi_machine=multi_machine, include_outliers=include_outliers
+    )
     return [CompareRow(**r) for r in rows]
 
 
@@ -217,6 +241,7 @@ class PlanRequest(Strict):
     discounts_pct: dict[Annotated[str, Field(pattern=f"^({TERM_CHOICES})$")], Percent] = Field(
         default_factory=dict, max_length=16, description="What-if discounts by term; default: the terms on sale here"
     )
+    include_outliers: bool = Field(False, description=OUTLIERS_TEXT + " (for the public hourly rate)")
 
 
 @router.post("/advice/plan", responses=errors(400))
@@ -226,7 +251,13 @@ def post_plan(body: PlanRequest, offers: OffersDep, plans: PlansDep) -> dict[str
     profile = UsageProfile(body.hours_per_day, body.days_per_week, body.weeks, body.predictability)
     discounts = {name: _dec(pct) for name, pct in body.discounts_pct.items()}
     return service.plan_advice(
-        body.gpu, profile, gpus=body.gpus, platform_offers=offers, platform_terms=plans.terms, discounts=discounts
+        body.gpu,
+        profile,
+        gpus=body.gpus,
+        platform_offers=offers,
+        platform_terms=plans.terms,
+        discounts=discounts,
+        include_outliers=body.include_outliers,
     )
 
 
@@ -241,6 +272,7 @@ class BuyRequest(Strict):
     resale_pct: float = Field(20, ge=0, lt=100, allow_inf_nan=False)
     utilisation: float = Field(0.5, gt=0, le=1, allow_inf_nan=False)
     hosting_per_month: str = Field("0", pattern=POSITIVE_AMOUNT.replace("^(", "^(0|", 1))
+    include_outliers: bool = Field(False, description=OUTLIERS_TEXT + " (for the default rent_rate)")
 
 
 @router.post("/advice/buy", responses=errors(400))
@@ -257,5 +289,6 @@ def post_buy(body: BuyRequest, offers: OffersDep) -> dict[str, Any]:
         utilisation=_dec(body.utilisation),
         hosting_per_month=body.hosting_per_month,
         platform_offers=offers,
+        include_outliers=body.include_outliers,
     )
     return result.to_dict()
