@@ -65,12 +65,20 @@ def slurm_conf() -> Path:
     return Path(flags[flags.index("--slurm-conf") + 1])
 
 
+def wait_cluster_idle(config: SlurmConfig) -> None:
+    """Each test's platform has a database of its own but all share one cluster: the jobs an earlier
+    test cancelled must be gone (not COMPLETING) before this one counts on all 4 GPUs."""
+    cli = SlurmCli(config)
+    wait_for(lambda: not [j for j in cli.squeue().values() if j.state in ("RUNNING", "COMPLETING", "PENDING")], 60)
+
+
 def slurm_platform(db_url: str, data_dir: Path, conf: Path, **settings: Any) -> tuple[Platform, str]:
     _from_migrated_template(db_url)
     db = open_database(db_url)
     _, sandbox = make_local_backend(data_dir)
     sandbox_dir = sandbox_folder() if sandbox.identity == "per-renter uid" else None
     config = SlurmConfig(conf=conf, partition="gpu", spot_partition="spot")
+    wait_cluster_idle(config)
     gpus, config.gres_types = discover(SlurmCli(config), {"a100": "A100-80GB"}, simulated=True)
     clock = SystemClock()
     boot = bootstrap(
@@ -185,7 +193,7 @@ def test_twenty_concurrent_rentals_for_the_last_free_gpu_get_exactly_one(slurm_l
         for _ in range(3):
             r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
             assert r.status_code == 201 and r.json()["status"] == "running", r.text
-        results: list[int] = []
+        results: list[tuple[int, str]] = []
         barrier = threading.Barrier(20)
 
         def rent() -> None:
@@ -194,14 +202,16 @@ def test_twenty_concurrent_rentals_for_the_last_free_gpu_get_exactly_one(slurm_l
                 r = mine.post(
                     "/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]}
                 )
-                results.append(r.status_code)
+                results.append(
+                    (r.status_code, r.json()["status"] if r.status_code == 201 else r.json()["error"]["code"])
+                )
 
         threads = [threading.Thread(target=rent) for _ in range(20)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        assert sorted(results) == [201] + [409] * 19, results
+        assert sorted(results) == [(201, "running")] + [(409, "no_capacity")] * 19, results
         backend = p.backend
         assert isinstance(backend, SlurmBackend)
         running = [j for j in backend.cli.squeue().values() if j.name.startswith("danlu-") and j.state == "RUNNING"]

@@ -384,12 +384,18 @@ def expire_due(p: Platform) -> int:
 DURATION_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+MAX_VALIDITY_MS = 3650 * 86_400_000
+
+
 def parse_duration(text: str) -> int:
     """``30m``, ``72h``, ``7d`` (or ``90s``) → milliseconds."""
     unit = text[-1:] if text else ""
     if unit not in DURATION_UNITS_MS or not text[:-1].isdigit() or int(text[:-1]) <= 0 or len(text) > 8:
         raise InvalidInput("invalid_voucher_validity", "--valid-for is a duration such as 30m, 72h or 7d")
-    return int(text[:-1]) * DURATION_UNITS_MS[unit]
+    ms = int(text[:-1]) * DURATION_UNITS_MS[unit]
+    if ms > MAX_VALIDITY_MS:  # an expiry past year 9999 cannot even be shown
+        raise InvalidInput("invalid_voucher_validity", "--valid-for is at most 3650d (ten years)")
+    return ms
 
 
 def format_duration(ms: int | None) -> str | None:
