@@ -56,8 +56,11 @@ def test_faster_dearer_gpu_wins_when_it_is_cheaper_per_job() -> None:
     hosts = [Host("k0", "K80", 8, 8), Host("v0", "V100", 4, 4)]
     # 1 h on V100 = 2.95; 4 h on K80 = 3.68: the V100 is cheaper per unit of work
     assert starts(schedule(view(hosts, [job(0)]), POLICIES["danlu-cost"]))["j0"].gpu_model == "V100"
-    slow_on_v100 = job(0, durations_ms={"K80": 2 * H, "V100": H})  # K80 1.84 < V100 2.95
+    slow_on_v100 = job(0, durations_ms={"K80": 7 * H // 5, "V100": H})  # K80 1.29 < V100 2.95, 1.4x as long
     assert starts(schedule(view(hosts, [slow_on_v100]), POLICIES["danlu-cost"]))["j0"].gpu_model == "K80"
+    # ... but never past the bound a renter can read: 1.5x the fastest plan's time (K80 1.84, 2x as long)
+    twice_as_long = job(0, durations_ms={"K80": 2 * H, "V100": H})
+    assert starts(schedule(view(hosts, [twice_as_long]), POLICIES["danlu-cost"]))["j0"].gpu_model == "V100"
 
 
 def test_gang_goes_on_one_host_or_waits() -> None:
@@ -198,3 +201,22 @@ def test_a_deep_backlog_from_an_open_arrival_stream_stays_shortest_first() -> No
     stream = [replace(j, submit_ms=NOW - 5 * 60_000 - k * 35 * 60_000) for k, j in enumerate(bulk)]
     assert batch_horizon(view(hosts, stream), POLICIES["danlu"]) is None
     assert set(starts(schedule(view(hosts, stream), POLICIES["danlu"]))) == {"j5"}  # a short one (the oldest), not j9
+
+
+def test_cost_mode_defers_to_a_cheaper_window_only_within_the_readable_bound() -> None:
+    # Issue 11: with an off-peak window every job once waited for exactly 00:00 (492 of 951). Now a
+    # cheaper window counts only while the job still ends within 1.5x its fastest plan's time.
+    night = Tariff("night", frozenset(range(7)), time(0), time(8), Decimal("0.6"))
+    book = PriceBook("USD", PRICES, (night,))
+    hosts = (Host("v0", "V100", 4, 4),)
+    evening = NOW + 14 * H + 30 * 60_000  # Monday 23:30: the window opens in 30 min
+    two_hours = job(0, durations_ms={"V100": 2 * H})  # may wait up to 1 h (ends within 3 h)
+    one_hour = job(1, durations_ms={"V100": H})  # may wait up to 30 min
+    for j, deferred in ((two_hours, True), (one_hour, True)):
+        v = ClusterView(now_ms=evening, hosts=hosts, queue=(j,), running=(), prices=book)
+        ds = schedule(v, POLICIES["danlu-cost"])
+        assert any(isinstance(d, Defer) and d.off_peak and d.until_ms == NOW + 15 * H for d in ds) == deferred
+    earlier = NOW + 13 * H  # 22:00: two hours before the window
+    for j in (two_hours, one_hour):  # both would end past 1.5x their time by waiting: they start now
+        v = ClusterView(now_ms=earlier, hosts=hosts, queue=(j,), running=(), prices=book)
+        assert [d.job_id for d in schedule(v, POLICIES["danlu-cost"]) if isinstance(d, Start)] == [j.id]

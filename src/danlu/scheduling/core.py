@@ -263,7 +263,10 @@ def _choose(
         return view.prices.price(option[2], plan) * job.durations_ms[option[2]]
 
     if policy.choice == "cheapest":
-        return min(options, key=lambda o: (cost(o), o[1]))
+        # the cheapest type among those that end within the bound a renter can read (issue 11:
+        # waiting for the cheapest type made 189 jobs wait over a day)
+        bound = now + (min(o[1] for o in options) - now) * policy.cost_delay_factor
+        return min((o for o in options if o[1] <= bound), key=lambda o: (cost(o), o[1]))
     if batch is not None:
         # a closed batch (see policies.batch_horizon): among the types on which this job ends
         # before the whole batch is estimated to be done, take the one that uses the least of
@@ -310,6 +313,11 @@ def _deferral(view: ClusterView, policy: Policy, job: JobRequest, model: str, du
     if policy.defer == "never" or (policy.defer == "deadline" and job.deadline_ms is None):
         return None
     horizon = horizon_for(job, duration, view.now_ms, policy.defer_horizon_ms)
+    if policy.defer == "always":
+        # cost mode: a cheaper window only while the job still ends within the readable bound
+        # (with the off-peak tariff, 492 of 951 jobs once waited for exactly 00:00)
+        fastest = min(d for d in job.durations_ms.values() if d > 0)
+        horizon = min(horizon, round(fastest * policy.cost_delay_factor) - duration)
     return cheaper_start(view.prices, job, model, duration, view.now_ms, horizon)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 
-from danlu.billing.pricing import Plan, PriceBook
+from danlu.billing.pricing import Plan, PriceBook, parse_tariff
 from danlu.core.money import parse_amount
 from danlu.scheduling.model import Host
 from danlu.scheduling.simulator import SimSetup
@@ -45,13 +45,19 @@ def hosts() -> tuple[Host, ...]:
 START_MS = 1_767_603_600_000  # 2026-01-05 09:00 UTC, a Monday
 
 
-def sim_setup() -> SimSetup:
-    """The cluster, its prices and the reference type, for the simulator."""
+# gavel48's declared synthetic off-peak tariff: every night 00:00-08:00 UTC at 0.6x
+OFF_PEAK = {"name": "off-peak", "synthetic": True, "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+            "from": "00:00", "to": "08:00", "price_multiplier": "0.6"}  # fmt: skip
+
+
+def sim_setup(off_peak: bool = False) -> SimSetup:
+    """The cluster, its prices (with the off-peak tariff, if asked) and the reference type."""
     prices: dict[tuple[str, Plan], int] = {}
     for model, (on_demand, spot) in PRICES.items():
         prices[(model, Plan.ON_DEMAND)] = parse_amount(on_demand, "USD")
         prices[(model, Plan.INTERRUPTIBLE)] = parse_amount(spot, "USD")
-    return SimSetup(hosts(), PriceBook("USD", prices), START_MS, ThroughputTable(), REFERENCE_MODEL)
+    tariffs = (parse_tariff(OFF_PEAK),) if off_peak else ()
+    return SimSetup(hosts(), PriceBook("USD", prices, tariffs), START_MS, ThroughputTable(), REFERENCE_MODEL)
 
 
 def generate(

@@ -13,7 +13,8 @@
   it finishes them sooner by more than the restart overhead (and so a job may start on a slower
   free type rather than wait for a faster one).
 * ``danlu-cost``: as ``danlu`` but the type with the lowest cost per job (cost per unit of
-  work), and deferral to cheaper tariff windows for every job (no deadline = unbounded).
+  work), and deferral to cheaper tariff windows, each only while the job still ends within
+  ``cost_delay_factor`` (1.5) x the time of its fastest plan from now, and by its deadline.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Policy:
     batch_depth: float = 2.0
     # the notice this policy gives in the simulator (None: the caller's); las: 0, as Gavel's leases
     notice_ms: int | None = None
+    # cheapest choice: the bound on delay a renter can read. A cheaper type, or a cheaper tariff
+    # window, is taken only if the job still ends within this factor x its fastest plan's time from
+    # now (and by its deadline, if it has one)
+    cost_delay_factor: float = 1.5
 
 
 POLICIES: dict[str, Policy] = {
