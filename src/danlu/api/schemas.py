@@ -555,6 +555,14 @@ class LogChunk(BaseModel):
     next_offset: int
 
 
+class LedgerLineOut(BaseModel):
+    transaction_id: int = Field(description="the next page is `?before=` the last line's transaction_id")
+    kind: str
+    memo: str
+    at_ms: int
+    amount: str
+
+
 class BalanceOut(BaseModel):
     balance: str
     credit_limit: str

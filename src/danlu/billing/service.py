@@ -151,8 +151,11 @@ def set_price(p: Platform, gpu_model: str, price_per_hour: str, interruptible: s
         return price
 
 
-def statement(p: Platform, user: User, limit: int = 100, team: str | None = None) -> list[dict[str, object]]:
-    """The cash ledger entries of the caller's personal account (or ``team``'s), newest first."""
+def statement(
+    p: Platform, user: User, limit: int = 100, team: str | None = None, before: int | None = None
+) -> list[dict[str, object]]:
+    """The cash ledger entries of the caller's personal account (or ``team``'s), newest first;
+    ``before``: only transactions older than that id (the cursor of the next page)."""
     with p.db.read() as s:
         acct = cash_account(
             s, teams.payer_named(s, user, team)
@@ -167,7 +170,7 @@ def statement(p: Platform, user: User, limit: int = 100, team: str | None = None
                 LedgerEntry.amount_minor,
             )
             .join(LedgerEntry, LedgerEntry.transaction_id == LedgerTransaction.id)
-            .where(LedgerEntry.account_id == acct.id)
+            .where(LedgerEntry.account_id == acct.id, *([LedgerTransaction.id < before] if before else []))
             .order_by(LedgerTransaction.id.desc())
             .limit(limit)
         ).all()

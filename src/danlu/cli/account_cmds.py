@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from danlu.cli.client import Client, save_config
@@ -36,9 +38,17 @@ def balance(team: str = TeamOpt, as_json: bool = JsonOpt) -> None:
         console.print(f"balance {data['balance']} {data['currency']}  (credit limit {data['credit_limit']})")
 
 
-def ledger(limit: int = typer.Option(20, "--limit"), team: str = TeamOpt, as_json: bool = JsonOpt) -> None:
-    """Your ledger entries (or a team's), newest first."""
-    rows = Client().get("/ledger", params={"limit": limit, **({"team": team} if team else {})})
+def ledger(
+    limit: int = typer.Option(20, "--limit"),
+    before: int = typer.Option(None, "--before", help="Only entries older than this transaction (the next page)."),
+    team: str = TeamOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Your ledger entries (or a team's), newest first; `--before TX` pages back."""
+    params: dict[str, Any] = {"limit": limit, **({"team": team} if team else {})}
+    if before is not None:
+        params["before"] = before
+    rows = Client().get("/ledger", params=params)
     if as_json:
         print_json(rows)
     else:
@@ -62,9 +72,7 @@ def offers(
         r["price"] = f"{r['price_per_hour']} {r['currency']}/GPU-h" if r["price_per_hour"] else "not priced yet"
         r["spot"] = r["interruptible_price_per_hour"] or "-"
         r["now"] = f"{r['price_now']} ({r['tariff_now']})" if r.get("tariff_now") else (r.get("price_now") or "-")
-        r["cheaper"] = (
-            f"{r['next_cheaper_price']} from {r['next_cheaper_at']}" if r.get("next_cheaper_at") else "-"
-        )
+        r["cheaper"] = f"{r['next_cheaper_price']} from {r['next_cheaper_at']}" if r.get("next_cheaper_at") else "-"
         r["kind"] = "SIMULATED" if r["simulated"] else "real"
         r["per_gpu"] = (
             f"{r['vcpus_per_gpu']} vCPU, {r['memory_per_gpu_mb'] / 1024:.1f} GB RAM" if r["vcpus_per_gpu"] else "-"

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import BalanceOut, TeamQuery, UserOut, errors
+from danlu.api.schemas import BalanceOut, LedgerLineOut, TeamQuery, UserOut, errors
 from danlu.billing import service as billing
 
 router = APIRouter(tags=["account"], responses=errors(401))
@@ -21,11 +21,20 @@ async def balance(p: PlatformDep, user: CurrentUser, team: TeamQuery = None) -> 
     return BalanceOut(**billing.balance(p, user, team).as_dict())
 
 
-@router.get("/ledger", responses=errors(404))
+@router.get("/ledger", response_model=list[LedgerLineOut], responses=errors(404))
 def ledger(
+    response: Response,
     p: PlatformDep,
     user: CurrentUser,
     limit: Annotated[int, Query(ge=1, le=1000, description="Newest entries")] = 100,
     team: TeamQuery = None,
-) -> list[dict[str, Any]]:
-    return billing.statement(p, user, limit, team)
+    before: Annotated[
+        int | None, Query(ge=1, le=2**31 - 1, description="Only older transactions: the last line's transaction_id")
+    ] = None,
+) -> list[LedgerLineOut]:
+    """The cash ledger, newest first, a page at a time: a full page sets ``X-Next-Before``, the cursor
+    of the next (``?before=``)."""
+    rows = [LedgerLineOut(**r) for r in billing.statement(p, user, limit, team, before)]  # type: ignore[arg-type]
+    if len(rows) == limit:
+        response.headers["X-Next-Before"] = str(rows[-1].transaction_id)
+    return rows
