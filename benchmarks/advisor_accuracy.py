@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from danlu.advisor.calibration import Factors, Observation, fit, quantile, relative_errors
+from danlu.advisor.calibration import Factors, Observation, fit, quantile, relative_errors, weighted_quantile
 from danlu.catalog.gpu_models import gpu_models
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,8 +28,12 @@ DEFAULT_DATA = REPO.parent / "shared" / "data"
 FACTORS_CSV = REPO / "src" / "danlu" / "advisor" / "throughput_factors.csv"
 SOURCE = "lambdal/deeplearning-benchmark @ aa5addb6a536, pytorch/*.csv"
 
-# Lambda's GPU names → the shipped GPU table. Order matters: first match wins.
-NAME_RULES: list[tuple[str, str]] = [
+# Lambda's GPU names → the shipped GPU table. Order matters: first match wins; None = skip the row.
+NAME_RULES: list[tuple[str, str | None]] = [
+    # GH200 before H200 (the pattern "H200" matches "1xGH200"): Lambda measured the 96 GB HBM3 (4 TB/s) and an
+    # "80GB" GH200, the table's GH200 row is the 144 GB HBM3e part (4.9 TB/s), so the rows are skipped, not
+    # counted as H200 as they were before issue 11 (42 of the 140 "H200" rows).
+    (r"GH200", None),
     (r"H200", "H200"),
     (r"H100.*PCIe", "H100-PCIE"),
     (r"H100.*SXM", "H100-80GB"),
@@ -46,7 +50,7 @@ def map_name(name: str) -> str | None:
     for pattern, model in NAME_RULES:
         if re.search(pattern, name):
             return model
-    return None  # Quadro RTX 8000, RTX 6000 Ada, RTX A6000, GH200, B200: not in the GPU table
+    return None  # Quadro RTX 8000, RTX 6000 Ada: not in the GPU table; RTX A6000, B200: not mapped yet
 
 
 def _count(name: str, column: str | None) -> int:
@@ -79,19 +83,29 @@ def load_lambda(data: Path) -> list[Observation]:
     return out
 
 
+WEIGHTED = "ALL/GPU"  # every GPU model weighted equally (1/rows of its model per row)
+
+
 def _summarise(errors: list[tuple[Observation, float]]) -> list[dict[str, object]]:
+    """Median and p90 per GPU model, over all rows ("ALL", dominated by the many H100 rows) and with every
+    GPU model weighted equally (``WEIGHTED``: each row weighs 1/rows of its GPU model)."""
     by_gpu: dict[str, list[float]] = defaultdict(list)
     for obs, err in errors:
         by_gpu[obs.gpu_model].append(err)
     rows: list[dict[str, object]] = []
-    for gpu in [*sorted(by_gpu), "ALL"]:
-        errs = [e for _, e in errors] if gpu == "ALL" else by_gpu[gpu]
+    for gpu in [*sorted(by_gpu), "ALL", WEIGHTED]:
+        errs = [e for _, e in errors] if gpu in ("ALL", WEIGHTED) else by_gpu[gpu]
+        if gpu == WEIGHTED:
+            ws = [1.0 / len(by_gpu[o.gpu_model]) for o, _ in errors]
+            median, p90 = (weighted_quantile(errs, ws, q) for q in (0.5, 0.9))
+        else:
+            median, p90 = quantile(errs, 0.5), quantile(errs, 0.9)
         rows.append(
             {
                 "gpu_model": gpu,
                 "rows": len(errs),
-                "median_rel_err": round(quantile(errs, 0.5), 4),
-                "p90_rel_err": round(quantile(errs, 0.9), 4),
+                "median_rel_err": round(median, 4),
+                "p90_rel_err": round(p90, 4),
             }
         )
     return rows
@@ -119,7 +133,8 @@ def write_factors(factors: dict[tuple[str, str], Factors], path: Path = FACTORS_
         "# Utilisation factors of the advisor's time model, fitted by benchmarks/advisor_accuracy.py",
         f"# --write-factors on all rows of {SOURCE} (measured facts, no licence file).",
         "# t_sample = c_matrix/matrix_TFLOPS + c_vector/fp32_TFLOPS + c_memory/mem_bw_GBps;",
-        "# scaling: per-GPU efficiency at N GPUs as N:eff pairs separated by ';' (median over GPU models).",
+        "# scaling: per-GPU efficiency at N GPUs as N:eff pairs separated by ';': the median of the rows at each N,",
+        "# made non-increasing in N and at most 1.0 by a weighted isotonic fit (calibration.monotone_points).",
         "workload,precision,c_matrix,c_vector,c_memory,scaling,rows",
     ]
     for (w, p), f in sorted(factors.items()):
@@ -129,6 +144,10 @@ def write_factors(factors: dict[tuple[str, str], Factors], path: Path = FACTORS_
             + f",{f.rows}"
         )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _share(obs: list[Observation], model: str) -> float:
+    return sum(o.gpu_model == model for o in obs) / max(1, len(obs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
         return 0
     print(f"{len(obs)} measured rows from {SOURCE}; targets: median ≤ 15%, p90 ≤ 35%")
+    share = _share(obs, "H100-80GB")
+    print(f"ALL: every row counts once (H100-80GB is {share:.0%} of them); {WEIGHTED}: every GPU model counts the")
+    print("same (each row weighs 1/rows of its GPU model in the quantiles).")
     for split in ("leave_one_gpu_out", "leave_one_gpu_out_single_gpu_rows", "every_third_row"):
         print(f"\n{split}:")
         print(f"{'gpu_model':<12}{'rows':>6}{'median':>9}{'p90':>9}")

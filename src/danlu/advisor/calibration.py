@@ -9,7 +9,10 @@ resource of the GPU (a "roofline sum"):
 ``fp32_tflops`` the plain ALU peak (elementwise work, normalisation) and ``mem_bw`` the memory
 bandwidth. The three non-negative coefficients are fitted per (workload, precision) by least
 squares on *relative* error, so a slow GPU's rows weigh as much as a fast one's. Scaling over
-N GPUs is ``N / (1 + k·log2 N)`` with ``k`` fitted from multi-GPU rows of the same workload.
+N GPUs: the per-GPU efficiency measured at 2/4/8 GPUs (median over GPU models), made monotone
+non-increasing and at most 1.0 by an isotonic fit (issue 11: medians of a few machines rose past
+8 GPUs, NCF's above 24), interpolated in log2 N and extrapolated with the average loss per
+doubling. The interconnect (advisor/interconnect.py) is charged on top, by the advisor.
 """
 
 from __future__ import annotations
@@ -70,18 +73,53 @@ def features(model: GpuModel, precision: str) -> tuple[float, float, float]:
     return (1.0 / matrix_tflops(model, precision), 1.0 / model.fp32_tflops, 1.0 / model.mem_bw_gbps)
 
 
+def monotone_points(
+    points: Sequence[tuple[int, float]], weights: Sequence[float] | None = None
+) -> tuple[tuple[int, float], ...]:
+    """Per-GPU efficiencies made non-increasing in GPU count and at most 1.0 (one GPU is 1.0 by definition).
+
+    Weighted isotonic regression by pool-adjacent-violators: where a larger count measured a higher
+    per-GPU efficiency than a smaller one (noise, or a machine with a faster link), the two are
+    replaced by their weighted mean, so a rise never survives; then everything is capped at 1.0
+    (super-linear scaling, e.g. a model that fits in cache once split, is not promised to renters).
+    """
+    ws = [1.0] * len(points) if weights is None else list(weights)
+    triples = sorted((n, e, w) for (n, e), w in zip(points, ws, strict=True) if n > 1)
+    pts = [(n, e) for n, e, _ in triples]
+    blocks: list[list[float]] = []  # [weighted sum, weight, number of points]
+    for _, e, w in triples:
+        blocks.append([e * w, w, 1])
+        while len(blocks) > 1 and blocks[-1][0] / blocks[-1][1] > blocks[-2][0] / blocks[-2][1]:
+            s1, w1, c1 = blocks.pop()
+            blocks[-1][0] += s1
+            blocks[-1][1] += w1
+            blocks[-1][2] += c1
+    values = [min(1.0, s / w) for s, w, c in blocks for _ in range(int(c))]
+    return tuple((n, round(v, 12)) for (n, _), v in zip(pts, values, strict=True))
+
+
 def scaling_efficiency(points: Sequence[tuple[int, float]], gpu_count: int) -> float:
-    """Per-GPU efficiency at ``gpu_count``: interpolated in log2(count) between measured points
-    (1 GPU = 1.0); beyond the last point, the last segment's slope continues, floored at 0.3."""
-    pts = [(0.0, 1.0)] + [(math.log2(n), e) for n, e in points if n > 1]
+    """Per-GPU efficiency at ``gpu_count``, never rising with the count and never above 1.0.
+
+    The points are clamped to their running minimum (and 1.0) first, so even a hand-edited table
+    cannot make more GPUs look better per GPU; then interpolated in log2(count) between them (1 GPU
+    = 1.0). Beyond the last point the curve keeps falling at the average rate per doubling over the
+    measured range (the last segment alone is one noisy median), floored at 0.3 (or the last point,
+    if lower)."""
     if gpu_count <= 1:
         return 1.0
+    pts = [(0.0, 1.0)]
+    for n, e in sorted(p for p in points if p[0] > 1):
+        pts.append((math.log2(n), min(e, pts[-1][1])))
     x = math.log2(gpu_count)
     for (x0, e0), (x1, e1) in pairwise(pts):
         if x <= x1:
             return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
-    (x0, e0), (x1, e1) = (pts[-2], pts[-1]) if len(pts) > 1 else ((0.0, 1.0), (1.0, 0.9))
-    return max(0.3, e1 + (e1 - e0) / (x1 - x0) * (x - x1))
+    x1, e1 = pts[-1]
+    if x1 == 0.0:  # nothing measured: 10% per doubling
+        return max(0.3, 1.0 - 0.1 * x)
+    slope = (e1 - 1.0) / x1  # ≤ 0
+    return max(min(0.3, e1), e1 + slope * (x - x1))
 
 
 def predict(factors: Factors, model: GpuModel, gpu_count: int) -> float:
@@ -159,11 +197,15 @@ def fit(observations: Iterable[Observation], models: dict[str, GpuModel]) -> dic
         for name in per_model:
             vals = [o.throughput for o in singles if o.gpu_model == name]
             single_mean[name] = sum(vals) / len(vals)
-        effs: dict[int, list[float]] = defaultdict(list)
+        effs: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for o in rows:
             if o.gpu_count > 1 and o.gpu_model in single_mean:
-                effs[o.gpu_count].append(o.throughput / (o.gpu_count * single_mean[o.gpu_model]))
-        scaling = tuple((n, round(quantile(v, 0.5), 4)) for n, v in sorted(effs.items()))
+                effs[o.gpu_count][o.gpu_model].append(o.throughput / (o.gpu_count * single_mean[o.gpu_model]))
+        # per count: the median over its rows, weighted in the isotonic fit by how many GPU models measured it
+        counts = sorted(effs)
+        medians = [(n, quantile([e for v in effs[n].values() for e in v], 0.5)) for n in counts]
+        mono = monotone_points(medians, [float(len(effs[n])) for n in counts])
+        scaling = tuple((n, round(e, 4)) for n, e in mono)
         out[(workload, precision)] = Factors(workload, precision, cm, cv, cb, scaling, len(rows))
     return out
 
@@ -181,6 +223,27 @@ def relative_errors(
         # time ∝ 1/throughput, so relative time error = |measured/predicted − 1|
         out.append((obs, abs(obs.throughput / predicted - 1.0)))
     return out
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """Quantile of ``values`` where each carries a weight (1 / rows of its GPU model: every GPU model counts
+    the same however many rows it has). Each value sits at the centre of its share of the total weight
+    (Hazen plotting positions) and the quantile interpolates linearly between those centres, clamped at
+    the ends; with equal weights the median is the ordinary median."""
+    pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+    if not pairs:
+        raise ValueError("no positive weight")
+    total = sum(w for _, w in pairs)
+    centres, acc = [], 0.0
+    for _, w in pairs:
+        centres.append((acc + w / 2) / total)
+        acc += w
+    if q <= centres[0]:
+        return pairs[0][0]
+    for (p0, (v0, _)), (p1, (v1, _)) in pairwise(zip(centres, pairs, strict=True)):
+        if q <= p1:
+            return v0 + (v1 - v0) * (q - p0) / (p1 - p0)
+    return pairs[-1][0]
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -58,6 +58,7 @@ class Source:
     plans: PlatformPlans = field(default_factory=PlatformPlans)
     source: str = ""  # where the price comes from (the catalog row's source; "this platform")
     outlier: bool = False  # the catalog flags this rate as far below the other providers' median
+    instance_type: str = ""  # the catalog row's instance type (tells a PCIe A100 from an SXM one); may be empty
 
 
 @dataclass(frozen=True, slots=True)

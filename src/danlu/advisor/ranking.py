@@ -15,8 +15,9 @@ from decimal import Decimal
 from typing import Any
 
 from danlu.advisor import memory
+from danlu.advisor.interconnect import link_for
 from danlu.advisor.plans import PLAN_PRICERS, PlanContext, PlatformOffer, PlatformPlans, Source
-from danlu.advisor.timing import Measured, estimate_hours
+from danlu.advisor.timing import Measured, efficiency, estimate_hours
 from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import GpuModel, gpu_models
 from danlu.catalog.prices import PriceCatalog, source_label
@@ -45,6 +46,8 @@ class Option:
     fixes: tuple[str, ...]
     source: str = ""  # where the price comes from: a catalog row's source, or "this platform"
     outlier: bool = False  # the price is flagged far below the other providers' median
+    efficiency: float = 1.0  # per-GPU scaling efficiency the time estimate assumed (1.0 on one GPU)
+    interconnect: str = ""  # the link between the GPUs the estimate assumed ("" on one GPU)
 
     @property
     def source_label(self) -> str:
@@ -72,6 +75,8 @@ class Option:
             "capacity_gib": round(self.capacity_gb * memory.GB / memory.GIB, 2),
             "memory_breakdown_gb": self.memory.as_gb(),
             "sharding": self.sharding,
+            "scaling_efficiency": round(self.efficiency, 3),
+            "interconnect": self.interconnect,
             "hours": round(self.hours, 2),
             "cost": format_minor(self.cost_minor, self.currency),
             "currency": self.currency,
@@ -112,7 +117,7 @@ def platform_sources(offers: Iterable[PlatformOffer], plans: PlatformPlans) -> l
     return out
 
 
-_SourceKey = tuple[str, str, int, Decimal, Decimal | None, str, date, str, bool]
+_SourceKey = tuple[str, str, int, Decimal, Decimal | None, str, date, str, bool, str]
 
 
 def catalog_sources(catalog: PriceCatalog, include_outliers: bool = False) -> list[Source]:
@@ -122,7 +127,7 @@ def catalog_sources(catalog: PriceCatalog, include_outliers: bool = False) -> li
     first: dict[_SourceKey, Source] = {}
     for r in catalog.usable(include_outliers):
         key = (r.provider, r.gpu_model, r.gpus, r.price_per_gpu_hour, r.spot_per_gpu_hour, r.currency, r.as_of,
-               r.source, r.outlier)  # fmt: skip
+               r.source, r.outlier, r.instance_type)  # fmt: skip
         groups.setdefault(key, []).append(r.region)
         first.setdefault(
             key,
@@ -137,6 +142,7 @@ def catalog_sources(catalog: PriceCatalog, include_outliers: bool = False) -> li
                 r.as_of,
                 source=r.source,
                 outlier=r.outlier,
+                instance_type=r.instance_type,
             ),
         )
     out = []
@@ -155,6 +161,7 @@ def catalog_sources(catalog: PriceCatalog, include_outliers: bool = False) -> li
                 src.as_of,
                 source=src.source,
                 outlier=src.outlier,
+                instance_type=src.instance_type,
             )
         )
     return out
@@ -203,20 +210,22 @@ def rank_options(
     within("preemption_overhead", preemption_overhead, 0, 5, lo_open=False)
     models = gpu_models()
     primary = (primary_currency or next((s.currency for s in sources if s.platform), "USD")).upper()
-    cache: dict[tuple[str, int], tuple[Workload, bool, memory.MemoryBreakdown, float, tuple[str, ...]]] = {}
+    cache: dict[tuple[str, int, str], tuple[Workload, bool, memory.MemoryBreakdown, float, float, tuple[str, ...]]] = {}
     best: dict[tuple[str, str, int, str, str], Option] = {}
     for src in sources:
         gpu = models.get(src.gpu_model)
         if gpu is None or (only_models and src.gpu_model not in only_models):
             continue
         counts = [c for c in PLATFORM_COUNTS if c <= (src.available or 0)] if src.platform else [src.gpus_per_instance]
+        link = link_for(gpu, src.instance_type)
         for n in counts:
-            key = (gpu.name, n)
+            key = (gpu.name, n, link.name)
             if key not in cache:
                 cfg, ok = _fit_config(precision_on(w, gpu), gpu, n)
                 fixes = () if ok else tuple(memory.fixes(cfg, gpu, n))
-                cache[key] = (cfg, ok, memory.estimate(cfg, n), estimate_hours(cfg, gpu, n, measured), fixes)
-            cfg, ok, mem, hours, fixes = cache[key]
+                hours = estimate_hours(cfg, gpu, n, measured, link=link)
+                cache[key] = (cfg, ok, memory.estimate(cfg, n), hours, efficiency(cfg, gpu, n, link), fixes)
+            cfg, ok, mem, hours, eff, fixes = cache[key]
             for pricer in PLAN_PRICERS.values():
                 quote = pricer(PlanContext(src, n, hours, deadline_hours, preemption_overhead))
                 if quote is None:
@@ -239,6 +248,8 @@ def rank_options(
                     fixes,
                     src.source,
                     src.outlier,
+                    eff,
+                    link.name if n > 1 else "",
                 )
                 bkey = (src.provider, gpu.name, n, quote.plan, src.currency)
                 if bkey not in best or opt.cost_minor < best[bkey].cost_minor:

@@ -6,6 +6,9 @@ Inference is 2·P per token, or the time to stream the weights once per decoding
 longer (memory-bound decoding). The seconds-per-FLOP of each GPU come from the utilisation
 factors in ``throughput_factors.csv``, fitted on Lambda's measured throughputs
 (benchmarks/advisor_accuracy.py): transformers use the BERT-large factors, conv nets ResNet-50's.
+Over N GPUs each GPU runs at ``efficiency``: the fitted scaling curve (monotone, at most 1.0) times
+the share of a training step not lost to moving gradients and parameters over the GPUs' link
+(advisor/interconnect.py). One GPU is pure compute.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from danlu.advisor import interconnect
 from danlu.advisor.calibration import Factors, features, scaling_efficiency
 from danlu.advisor.memory import WEIGHT_BYTES
 from danlu.advisor.workload import Workload
@@ -65,10 +69,34 @@ def seconds_per_flop(w: Workload, gpu: GpuModel) -> float:
     return (f.c_matrix * fm + f.c_vector * fv + f.c_memory * fb) / ref_flops
 
 
-def relative_speed(w: Workload, gpu: GpuModel, gpu_count: int) -> float:
+def step_compute_seconds(w: Workload, gpu: GpuModel) -> float:
+    """Compute seconds of one optimizer step on one GPU: ``grad_accum`` micro-batches of ``micro_batch``
+    sequences of ``seq_len`` tokens (transformers) or ``micro_batch`` images (conv nets)."""
+    units = w.micro_batch * (w.seq_len if w.arch.kind == "transformer" else 1)
+    return w.grad_accum * units * work_flops(w) / w.work_tokens() * seconds_per_flop(w, gpu)
+
+
+def efficiency(
+    w: Workload,
+    gpu: GpuModel,
+    gpu_count: int,
+    link: interconnect.Link | None = None,
+    machines: int = 1,
+) -> float:
+    """Per-GPU efficiency of ``gpu_count`` × ``gpu`` (1.0 on one GPU): the fitted scaling curve times the
+    interconnect term over ``link`` (default: the model's usual link), across ``machines`` machines."""
+    curve = scaling_efficiency(_factors_for(w).scaling, gpu_count)
+    if gpu_count <= 1:
+        return curve
+    comm = interconnect.comm_seconds(w, gpu_count, link or interconnect.link_for(gpu), machines)
+    return curve * interconnect.step_efficiency(step_compute_seconds(w, gpu), comm)
+
+
+def relative_speed(
+    w: Workload, gpu: GpuModel, gpu_count: int, link: interconnect.Link | None = None, machines: int = 1
+) -> float:
     """Work per second of ``gpu_count`` × ``gpu`` in arbitrary but consistent units."""
-    eff = scaling_efficiency(_factors_for(w).scaling, gpu_count)
-    return gpu_count * eff / seconds_per_flop(w, gpu)
+    return gpu_count * efficiency(w, gpu, gpu_count, link, machines) / seconds_per_flop(w, gpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +112,24 @@ class Measured:
             raise InvalidInput("invalid_measured", "measured throughput must be greater than zero")
 
 
-def estimate_hours(w: Workload, gpu: GpuModel, gpu_count: int = 1, measured: Measured | None = None) -> float:
-    """Wall-clock hours of the whole workload on ``gpu_count`` × ``gpu`` (no queueing, no preemption)."""
+def estimate_hours(
+    w: Workload,
+    gpu: GpuModel,
+    gpu_count: int = 1,
+    measured: Measured | None = None,
+    *,
+    link: interconnect.Link | None = None,
+    machines: int = 1,
+) -> float:
+    """Wall-clock hours of the whole workload on ``gpu_count`` × ``gpu`` (no queueing, no preemption), the
+    GPUs joined by ``link`` (default: the model's usual one) and spread over ``machines`` machines."""
+    if not 1 <= machines <= max(1, gpu_count):
+        raise InvalidInput("invalid_machines", f"machines must be between 1 and the GPU count (got {machines})")
     if measured is not None:
         ref = relative_speed(w, measured.gpu, measured.gpu_count)
-        rate = measured.per_second * relative_speed(w, gpu, gpu_count) / ref
+        rate = measured.per_second * relative_speed(w, gpu, gpu_count, link, machines) / ref
         return w.work_tokens() / rate / 3600.0
-    seconds = work_flops(w) / relative_speed(w, gpu, gpu_count)
+    seconds = work_flops(w) / relative_speed(w, gpu, gpu_count, link, machines)
     if not w.training and w.arch.kind == "transformer":
         # decoding streams every weight once per step for a micro-batch of sequences
         steps = w.work_tokens() / w.micro_batch
