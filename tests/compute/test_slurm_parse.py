@@ -60,6 +60,8 @@ def test_job_states_map_to_run_states_with_slurms_end_time(state: str, kind: str
     assert got.kind == kind
     if kind == "exited":
         assert got.ended_ms == 160_000 and got.code == code
+    if kind == "lost":  # a dead node's run is billed until last seen, never past Slurm's own end
+        assert got.ended_ms == 160_000
 
 
 def test_a_held_job_never_released_is_never_started_and_a_requeued_one_is_lost() -> None:

@@ -135,6 +135,8 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
         else:
             why = state.reason or "process vanished without an exit status"
             to, billed_to, reason = Status.LOST, seen, f"{why}; last seen alive {iso(seen)}"
+            if state.ended_ms is not None:  # the backend's own end (Slurm's NODE_FAIL time): never past it
+                billed_to = min(seen, state.ended_ms)
         transition(s, inst, to, reason, now, "finish", billing_end_ms=min(billed_to, now))
         new_status = inst.status
     if handle is None:

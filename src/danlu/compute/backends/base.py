@@ -110,7 +110,8 @@ def spec_from_json(text: str) -> RunSpec:
 @dataclass(frozen=True)
 class RunState:
     """How a run stands. ``exited``: ended by itself (or by a limit), with its code and the
-    moment it ended; ``lost``: gone without an exit status (killed, or its host vanished);
+    moment it ended; ``lost``: gone without an exit status (killed, or its host vanished), with the
+    moment the backend's own records say it ended where it has one (billing never goes past it);
     ``never_started``: prepared but its command never ran (the server died before letting it go);
     ``unknown``: the backend cannot tell now (a cluster controller that does not answer): nothing is
     decided about the run, and it is not counted as seen alive either."""

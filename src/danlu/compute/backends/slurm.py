@@ -145,7 +145,7 @@ def judge(job: JobRecord | None, seen_started: bool) -> RunState:
             why = ""
         return RunState("exited", code=job.exit_code, ended_ms=ended_ms, reason=why)
     where = f" on {job.node}" if job.node else ""
-    return RunState("lost", reason=f"Slurm job {job.job_id} ended {job.state}{where}")
+    return RunState("lost", ended_ms=ended_ms, reason=f"Slurm job {job.job_id} ended {job.state}{where}")
 
 
 @dataclass
