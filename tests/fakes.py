@@ -45,6 +45,9 @@ class RecordingBackend:
     def unavailable(self) -> None:
         return None
 
+    def held_elsewhere(self) -> None:
+        return None
+
     def ref(self, handle: str) -> str:
         return f"recording:{handle}"
 

@@ -107,3 +107,19 @@ def test_real_gpus_are_the_ones_slurm_gave_and_simulated_ones_stay() -> None:
     assert [d.sandbox_path for d in got][:2] == ["/dev/nvidia2", "/dev/nvidia3"]
     simulated = _spec((Device(Path("/d/gpu0"), "/dev/nvidia0", True),))
     assert slurm_devices(simulated, "3") == simulated.devices
+
+
+def test_gpus_other_users_jobs_hold_are_counted_per_node_and_model() -> None:
+    from danlu.compute.backends.slurm import gres_gpus, held_by_others
+
+    assert gres_gpus("gres:gpu:a100:2") == [("a100", 2)]
+    assert gres_gpus("gres/gpu:4,gres:tmpdisk:100") == [("", 4)]
+    assert gres_gpus("N/A") == []
+    jobs = [
+        JobRecord("1", "someone", "RUNNING", 1, None, "", "dev0", gres="gres:gpu:a100:2"),
+        JobRecord("2", "danlu-i-1", "RUNNING", 1, None, "", "dev0", gres="gres:gpu:a100:1"),  # ours
+        JobRecord("3", "other", "PENDING", None, None, "Resources", "", gres="gres:gpu:a100:4"),  # holds nothing yet
+        JobRecord("4", "other", "RUNNING", 1, None, "", "dev1", gres="gres:gpu:1"),  # no type: the only one
+        JobRecord("5", "cpu", "RUNNING", 1, None, "", "dev0", gres="N/A"),
+    ]
+    assert held_by_others(jobs, {"a100": "A100-80GB"}) == {("dev0", "A100-80GB"): 2, ("dev1", "A100-80GB"): 1}

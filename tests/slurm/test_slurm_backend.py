@@ -369,3 +369,26 @@ def test_a_server_that_dies_between_submit_and_record_leaves_nothing_running_or_
     meter_all(p)
     assert billing.balance(p, user).balance_minor == 100_00
     p.db.engine.dispose()
+
+
+def test_gpus_the_clusters_own_jobs_hold_are_neither_offered_nor_claimed(slurm_live: LiveServer) -> None:
+    p = slurm_live.platform
+    backend = p.backend
+    assert isinstance(backend, SlurmBackend)
+    other = backend.cli.run(
+        "sbatch", "--parsable", "--job-name=someone-else", "--gres=gpu:a100:3", "--output=/dev/null", "--wrap=sleep 120"
+    ).strip()
+    with slurm_live.new_user("oli") as c:
+        try:
+            a100 = lambda: next(o for o in c.get("/offers").json() if o["gpu_model"] == "A100-80GB")  # noqa: E731
+            wait_for(lambda: a100()["free"] == 1)  # the next ticks saw another user's job on 3 of the 4
+            assert a100()["total"] == 4
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 2, "command": ["sleep", "60"]})
+            assert r.status_code == 409 and r.json()["error"]["code"] == "no_capacity", (
+                r.text
+            )  # refused, not a 15 s wait
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "60"]})
+            assert r.status_code == 201 and r.json()["status"] == "running", r.text
+        finally:
+            backend.cli.run("scancel", other, check=False)
+        wait_for(lambda: a100()["free"] == 3)  # gone: offered again (1 is our own rental)

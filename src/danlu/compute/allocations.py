@@ -14,7 +14,10 @@ from danlu.core.errors import InvalidInput, NoCapacity
 from danlu.db.models import Gpu, Hold
 
 # Per group: GPUs in use or held (a held GPU in use counts once). Offers and the scheduler count so too.
-BUSY = func.sum(case((or_(Gpu.allocation_id.is_not(None), Gpu.hold_id.is_not(None)), 1), else_=0))
+# A GPU the cluster's own jobs hold (Slurm) is busy too.
+BUSY = func.sum(
+    case((or_(Gpu.allocation_id.is_not(None), Gpu.hold_id.is_not(None), Gpu.held_by_cluster.is_(True)), 1), else_=0)
+)
 
 
 def capacity(session: Session, gpu_model: str) -> tuple[int, int, int]:
@@ -93,7 +96,7 @@ def _take(
     """Set ``values`` on ``count`` GPUs of ``pool`` with nothing running on them, on one host
     (best fit); None when no host has enough. Racers lose by the guarded UPDATE's row count."""
     free_query = select(Gpu.host_id, func.count()).where(
-        Gpu.model == gpu_model, Gpu.present.is_(True), Gpu.allocation_id.is_(None), pool
+        Gpu.model == gpu_model, Gpu.present.is_(True), Gpu.allocation_id.is_(None), Gpu.held_by_cluster.is_(False), pool
     )
     if host_id is not None:
         free_query = free_query.where(Gpu.host_id == host_id)
@@ -110,6 +113,7 @@ def _take(
                 Gpu.model == gpu_model,
                 Gpu.present.is_(True),
                 Gpu.allocation_id.is_(None),
+                Gpu.held_by_cluster.is_(False),
                 pool,
             )
             .order_by(Gpu.idx)
@@ -123,7 +127,7 @@ def _take(
         ids = [g.id for g in gpus]
         result = session.execute(
             update(Gpu)
-            .where(Gpu.id.in_(ids), Gpu.allocation_id.is_(None), pool)
+            .where(Gpu.id.in_(ids), Gpu.allocation_id.is_(None), Gpu.held_by_cluster.is_(False), pool)
             .values(**values)
             .execution_options(synchronize_session=False)
         )
@@ -138,10 +142,7 @@ def _take(
 def unhold(session: Session, hold_id: str) -> None:
     """The hold ended: its GPUs are free again once nothing runs on them."""
     session.execute(
-        update(Gpu)
-        .where(Gpu.hold_id == hold_id)
-        .values(hold_id=None)
-        .execution_options(synchronize_session=False)
+        update(Gpu).where(Gpu.hold_id == hold_id).values(hold_id=None).execution_options(synchronize_session=False)
     )
 
 

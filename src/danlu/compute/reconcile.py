@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select, update
 
@@ -39,7 +40,7 @@ from danlu.compute.runs import write_preempt_deadline
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict
-from danlu.db.models import Allocation, Event, Instance
+from danlu.db.models import Allocation, Event, Gpu, Host, Instance
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,10 @@ def reconcile(p: Platform) -> TickReport:
             )
         ).all()
     handles = {inst_id: handle for inst_id, _, handle, _ in rows if handle is not None}
-    states = p.backend.poll(list(handles.values())) if handles else {}
+    states = p.backend.poll(list(handles.values())) if handles or p.backend.starts_before_record else {}
+    held = p.backend.held_elsewhere()
+    if held is not None:
+        sync_held_elsewhere(p, held)
     alive_ids: list[str] = []
     ended: list[tuple[str, str | None, RunState]] = []
     for inst_id, status, handle, kill_after in rows:
@@ -99,6 +103,51 @@ def reconcile(p: Platform) -> TickReport:
         if finished:
             report.finished[inst_id] = finished
     return report
+
+
+def sync_held_elsewhere(p: Platform, held: dict[tuple[str, str], int]) -> int:
+    """Mark as many free GPUs of each (host, model) ``held_by_cluster`` as the cluster's own jobs
+    hold there, and unmark the rest, so offers and claims never count them (Slurm: other users'
+    jobs). Guarded UPDATEs: a GPU a rental claimed meanwhile is left alone. Returns GPUs changed."""
+    with p.db.read() as s:
+        rows = s.execute(
+            select(Gpu.id, Host.name, Gpu.model, Gpu.held_by_cluster, Gpu.allocation_id, Gpu.hold_id, Gpu.idx)
+            .join(Host, Host.id == Gpu.host_id)
+            .where(Gpu.present.is_(True))
+        ).all()
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for row in rows:
+        groups.setdefault((row[1], row[2]), []).append(row)
+    mark: list[int] = []
+    unmark: list[int] = []
+    for key, gpus in groups.items():
+        now_held = [g for g in gpus if g[3]]
+        want = held.get(key, 0)
+        if len(now_held) > want:
+            unmark += [g[0] for g in sorted(now_held, key=lambda g: g[6])[: len(now_held) - want]]
+        elif len(now_held) < want:
+            free = sorted((g for g in gpus if not g[3] and g[4] is None and g[5] is None), key=lambda g: -g[6])
+            mark += [g[0] for g in free[: want - len(now_held)]]
+    if not mark and not unmark:
+        return 0
+    with p.db.write() as s:
+        changed = 0
+        if mark:
+            changed += s.execute(
+                update(Gpu)
+                .where(Gpu.id.in_(mark), Gpu.allocation_id.is_(None), Gpu.hold_id.is_(None))
+                .values(held_by_cluster=True)
+                .execution_options(synchronize_session=False)
+            ).rowcount  # type: ignore[attr-defined]
+        if unmark:
+            changed += s.execute(
+                update(Gpu)
+                .where(Gpu.id.in_(unmark))
+                .values(held_by_cluster=False)
+                .execution_options(synchronize_session=False)
+            ).rowcount  # type: ignore[attr-defined]
+    log.info("GPUs held by the cluster's own jobs: %s", {f"{h}/{m}": n for (h, m), n in held.items()} or "none")
+    return changed
 
 
 def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now: int) -> str | None:

@@ -168,6 +168,9 @@ class Gpu(Base):
     # The device node's minor number (/dev/nvidiaN); for a simulated GPU, its index.
     device_minor: Mapped[int | None] = mapped_column(Integer, nullable=True)
     present: Mapped[bool] = mapped_column(Boolean, default=True)
+    # A job the platform did not start holds it (another Slurm user's, at the last reconciliation):
+    # neither offered nor claimed until it is free again.
+    held_by_cluster: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The allocation holding this GPU, or NULL when free. Claimed by a conditional UPDATE.
     allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
     # The package or reserved commitment keeping this GPU for one billing account (danlu.compute.holds),

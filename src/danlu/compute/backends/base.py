@@ -207,6 +207,11 @@ class Backend(Protocol):
         """Whether this process is launching ``run_id`` right now (so a missing handle is not lost)."""
         ...
 
+    def held_elsewhere(self) -> dict[tuple[str, str], int] | None:
+        """GPUs that jobs the platform did not start hold now, as (host, catalog model) -> count, from
+        the last :meth:`poll` (a Slurm cluster's other users); None: not known (this machine's own)."""
+        ...
+
     def ref(self, handle: str) -> str:
         """Where the run is, for people: ``slurm:JOBID``, ``local:PID``."""
         ...

@@ -203,6 +203,9 @@ class LocalBackend:
     def unavailable(self) -> None:
         return None
 
+    def held_elsewhere(self) -> None:  # this machine's GPUs are the platform's alone
+        return None
+
     def ref(self, handle: str) -> str:
         return f"local:{json.loads(handle)['pid']}"
 

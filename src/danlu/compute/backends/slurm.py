@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from danlu.core.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 JOB_PREFIX = "danlu-"
-SQUEUE_FORMAT = "%i|%j|%T|%S|%e|%r|%N|%P"
+SQUEUE_FORMAT = "%i|%j|%T|%S|%e|%r|%N|%P|%b"
 # Slurm job states (squeue %T) → how a run stands. COMPLETING: the job has ended but Slurm is still
 # cleaning its processes up; its GPUs are not free yet, so it counts as running until it is gone.
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "RESIZING"}
@@ -64,6 +64,7 @@ class JobRecord:
     node: str = ""
     exit_code: int | None = None
     partition: str = ""
+    gres: str = ""  # what it asked per node (squeue %b), e.g. gres:gpu:a100:2
 
 
 def _epoch(text: str) -> int | None:
@@ -80,6 +81,7 @@ def parse_squeue(out: str) -> dict[str, JobRecord]:
             continue
         job_id, name, state, start, end, reason, node = parts[:7]
         partition = parts[7] if len(parts) > 7 else ""
+        gres = parts[8] if len(parts) > 8 else ""
         jobs[job_id.strip()] = JobRecord(
             job_id.strip(),
             name,
@@ -89,6 +91,7 @@ def parse_squeue(out: str) -> dict[str, JobRecord]:
             reason,
             node,
             partition=partition,
+            gres=gres,
         )
     return jobs
 
@@ -121,6 +124,33 @@ def parse_exit_codes(out: str) -> dict[str, int | None]:
         if "JobId" in fields:
             codes[fields["JobId"]] = _exit_code(fields.get("ExitCode", ""))
     return codes
+
+
+def gres_gpus(text: str) -> list[tuple[str, int]]:
+    """GPUs a job asked per node (squeue %b: ``gres:gpu:a100:2``, ``gres/gpu:2``, several
+    comma-separated) as (GRES type, count); no GPU GRES: []."""
+    out: list[tuple[str, int]] = []
+    for item in text.split(","):
+        item = item.strip().removeprefix("gres:").removeprefix("gres/").replace("=", ":")
+        parts = item.split(":")
+        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
+            continue
+        out.append((parts[1] if len(parts) == 3 else "", int(parts[-1])))
+    return out
+
+
+def held_by_others(jobs: Iterable[JobRecord], models: dict[str, str]) -> dict[tuple[str, str], int]:
+    """(node, catalog model) -> GPUs that running jobs not named like danlu runs hold (pure).
+    ``models``: GRES type -> catalog model; a job naming no type counts against the node's only type."""
+    held: dict[tuple[str, str], int] = {}
+    for job in jobs:
+        if job.name.startswith(JOB_PREFIX) or job.state not in RUNNING_STATES or not job.node or "," in job.node:
+            continue  # danlu's own, not holding GPUs now, or on several nodes (not split here)
+        for gres_type, count in gres_gpus(job.gres):
+            model = models.get(gres_type) or (next(iter(models.values())) if len(models) == 1 else None)
+            if model is not None:
+                held[(job.node, model)] = held.get((job.node, model), 0) + count
+    return held
 
 
 def judge(job: JobRecord | None, seen_started: bool) -> RunState:
@@ -249,6 +279,7 @@ class SlurmBackend:
         self._launching: set[str] = set()
         self._down: str | None = None  # why the controller did not answer at the last poll
         self.strangers: set[str] = set()  # danlu-named jobs no run of ours knows (reported once each)
+        self._held: dict[tuple[str, str], int] | None = None  # by other users' jobs, at the last poll
 
     # -- files --------------------------------------------------------------------------------
     def _run_dir(self, log_key: str) -> Path:
@@ -339,6 +370,9 @@ class SlurmBackend:
     def ref(self, handle: str) -> str:
         return f"slurm:{json.loads(handle)['job']}"
 
+    def held_elsewhere(self) -> dict[tuple[str, str], int] | None:
+        return self._held
+
     def launching(self, run_id: str) -> bool:
         with self._lock:
             return run_id in self._launching
@@ -368,11 +402,13 @@ class SlurmBackend:
             if self._down is None:
                 log.warning("Slurm does not answer (%s): runs keep their state until it does", exc)
             self._down = str(exc)
+            self._held = None  # not known: the GPUs keep what the last answer said
             return {handle: RunState("unknown", reason=str(exc)) for handle in handles}
         if self._down is not None:
             log.warning("Slurm answers again; reconciling every run")
         self._down = None
         self._report_strangers(jobs, {str(h["run"]) for h in parsed.values()})
+        self._held = held_by_others(jobs.values(), {t: m for m, t in self.config.gres_types.items()})
         missing = [str(h["job"]) for h in parsed.values() if str(h["job"]) not in jobs]
         if missing:  # forgotten by the controller: the accounting database, where the site keeps one
             jobs.update(self.cli.sacct(missing) or {})

@@ -63,9 +63,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["user_id"], ["users.id"], name=op.f("fk_holds_user_id_users")),
         sa.ForeignKeyConstraint(["plan_term_id"], ["plan_terms.id"], name=op.f("fk_holds_plan_term_id_plan_terms")),
         sa.ForeignKeyConstraint(["host_id"], ["hosts.id"], name=op.f("fk_holds_host_id_hosts")),
-        sa.ForeignKeyConstraint(
-            ["price_plan_id"], ["price_plans.id"], name=op.f("fk_holds_price_plan_id_price_plans")
-        ),
+        sa.ForeignKeyConstraint(["price_plan_id"], ["price_plans.id"], name=op.f("fk_holds_price_plan_id_price_plans")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_holds")),
     )
     op.create_index(op.f("ix_holds_billing_account_id"), "holds", ["billing_account_id"])
