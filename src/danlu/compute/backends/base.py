@@ -16,10 +16,10 @@ server finds it through its handle (or, with no handle, through :meth:`Backend.d
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 # The file (in the run's read-only control folder, ``$DANLU_PREEMPT_FILE``) a preemption notice writes.
 PREEMPT_FILE = "DANLU_PREEMPT_DEADLINE"
@@ -138,6 +138,18 @@ class RunUsage:
 
 
 MAX_OFFSET = 1 << 62
+
+
+def run_dir(data_dir: Path, log_key: str) -> Path:
+    """``DATA/runs/KEY``: a run's (or a job's runs') platform-private folder: log, exit file, spec."""
+    path = data_dir / "runs" / log_key
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def run_file(data_dir: Path, h: Mapping[str, Any], suffix: str) -> Path:
+    """``DATA/runs/KEY/RUN.SUFFIX`` of a handle's run (``h``: its ``log`` key and ``run`` id)."""
+    return data_dir / "runs" / str(h["log"]) / f"{h['run']}.{suffix}"
 
 
 def read_log(data_dir: Path, log_key: str, offset: int, limit: int) -> tuple[str, int]:

@@ -34,7 +34,17 @@ from typing import Any
 
 import psutil
 
-from danlu.compute.backends.base import PREEMPT_FILE, RUNNING, LaunchError, RunSpec, RunState, RunUsage, read_log
+from danlu.compute.backends.base import (
+    PREEMPT_FILE,
+    RUNNING,
+    LaunchError,
+    RunSpec,
+    RunState,
+    RunUsage,
+    read_log,
+    run_dir,
+    run_file,
+)
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
@@ -111,12 +121,10 @@ class LocalBackend:
 
     # -- paths --------------------------------------------------------------------------------
     def _run_dir(self, log_key: str) -> Path:
-        path = self.data_dir / "runs" / log_key
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return path
+        return run_dir(self.data_dir, log_key)
 
     def _file(self, h: dict[str, Any], suffix: str) -> Path:
-        return self.data_dir / "runs" / str(h["log"]) / f"{h['run']}.{suffix}"
+        return run_file(self.data_dir, h, suffix)
 
     def _env(self, spec: RunSpec) -> dict[str, str]:
         if self.sandbox is not None:

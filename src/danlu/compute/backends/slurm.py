@@ -32,7 +32,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from danlu.compute.backends.base import RUNNING, LaunchError, RunSpec, RunState, RunUsage, read_log, spec_to_json
+from danlu.compute.backends.base import (
+    RUNNING,
+    LaunchError,
+    RunSpec,
+    RunState,
+    RunUsage,
+    read_log,
+    run_dir,
+    run_file,
+    spec_to_json,
+)
 from danlu.compute.gpus import DiscoveredGpu
 from danlu.core.errors import InvalidInput
 
@@ -221,7 +231,7 @@ class SlurmCli:
             raise subprocess.CalledProcessError(done.returncode, args, done.stdout, message)
         return done.stdout
 
-    def squeue(self, job_ids: Sequence[str] | None = None) -> dict[str, JobRecord]:
+    def squeue(self) -> dict[str, JobRecord]:
         args = ["squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT]
         return parse_squeue(self.run(*args))
 
@@ -283,12 +293,10 @@ class SlurmBackend:
 
     # -- files --------------------------------------------------------------------------------
     def _run_dir(self, log_key: str) -> Path:
-        path = self.data_dir / "runs" / log_key
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return path
+        return run_dir(self.data_dir, log_key)
 
     def _file(self, h: dict[str, Any], suffix: str) -> Path:
-        return self.data_dir / "runs" / str(h["log"]) / f"{h['run']}.{suffix}"
+        return run_file(self.data_dir, h, suffix)
 
     # -- launch -------------------------------------------------------------------------------
     def sbatch_args(self, spec: RunSpec, script: Path) -> list[str]:
@@ -360,7 +368,8 @@ class SlurmBackend:
                 "cluster's own jobs may hold these GPUs; try again later or another GPU model"
             )
         except SlurmUnreachable as exc:
-            self.cli.run("scancel", h["job"], check=False) if "not installed" not in str(exc) else None
+            if "not installed" not in str(exc):
+                self._quietly("scancel", h["job"])
             raise LaunchError(f"the Slurm cluster cannot start the run: {exc}") from exc
         except subprocess.CalledProcessError as exc:
             raise LaunchError(f"Slurm could not release job {h['job']}: {exc.stderr}") from exc
