@@ -57,7 +57,9 @@ def test_operator_stop_tells_the_renter_why_and_keeps_the_workspace(live: LiveSe
 
         r = a.post(f"/admin/instances/{iid}/stop", json={"reason": "GPU 3 is overheating"})
         assert r.status_code == 200, r.text
-        assert r.json()["status"] == "stopping"
+        # `sh` dies on SIGTERM at once, so the reaper may settle the stop before this answer is
+        # written (CI saw "stopped"); the reason must be there either way, and the event says "stopping".
+        assert r.json()["status"] in ("stopping", "stopped")
         assert r.json()["status_reason"] == "stopped by the operator: GPU 3 is overheating"
         wait_for(lambda: status_of(c, iid) == "stopped")
         stopped_reason = c.get(f"/instances/{iid}").json()["status_reason"]
