@@ -28,8 +28,10 @@ run: $(STAMP) system-deps
 # finer, but pytest-xdist 3.8 cannot group tests under pytest 9.2: it renames a node id pytest no
 # longer reads).
 TEST_WORKERS ?= 3
+CJK_FONT := /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc:fonts-wqy-zenhei
 test: $(STAMP) system-deps
 	@tools/install-system-deps.sh slurmctld:slurm-wlm munged:munge   # the Slurm tests' development cluster
+	@tools/install-system-deps.sh chromium:chromium $(CJK_FONT)      # the console's browser tests (Playwright drives it)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope

@@ -3,11 +3,13 @@
 # (the "outbound" network policy), util-linux (setpriv, prlimit, nsenter, unshare) and, for the
 # tests, busybox-static (a tiny image). Installed only where missing and only when we can (root
 # with apt); otherwise the server says what it lacks and falls back as documented.
-# Extra command:package pairs may follow (`make bench` adds wrk:wrk).
+# Extra command:package pairs may follow (`make bench` adds wrk:wrk); /a/file:package checks for a file.
 set -u
 need=()
 for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static "$@"; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+  what="${pair%%:*}"
+  if [[ "$what" == /* ]]; then [ -e "$what" ] || need+=("${pair#*:}")   # a file the package installs (a font)
+  else command -v "$what" >/dev/null 2>&1 || need+=("${pair#*:}"); fi
 done
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

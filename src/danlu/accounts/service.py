@@ -17,7 +17,7 @@ from danlu.billing.accounts import create_billing_account, currency
 from danlu.billing.vouchers import grant_signup_vouchers
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
-from danlu.db.models import User
+from danlu.db.models import ApiToken, User
 
 TOKEN_PREFIX = "dl_"
 NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{1,62}$")
@@ -62,6 +62,15 @@ def authenticate(session: Session, token: str | None) -> User:
         )
     digest = hash_token(token)
     user = session.scalars(select(User).where(User.token_hash == digest)).first()
+    if user is None:  # a named token (console or `danlu token create`), unless revoked
+        named = select(ApiToken.user_id, ApiToken.token_hash).where(
+            ApiToken.token_hash == digest, ApiToken.revoked_at_ms.is_(None)
+        )
+        row = session.execute(named).first()
+        if row is not None and hmac.compare_digest(row.token_hash, digest):
+            user = session.get(User, row.user_id)
+        if user is not None:
+            return user
     # Compare in constant time even though the lookup found a row, so timing says nothing.
     if user is None or not hmac.compare_digest(user.token_hash, digest):
         raise Unauthorized("invalid_token", "this API token is not valid; ask your operator for a new one")

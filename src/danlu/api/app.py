@@ -15,12 +15,13 @@ from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 
-from danlu import __version__
+from danlu import __version__, console
 from danlu.advisor.plans import PlatformOffer, PlatformPlans
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.api.routers import budgets as budgets_router
+from danlu.api.routers import credentials as credentials_router
 from danlu.api.routers import holds as holds_router
 from danlu.api.routers import invoices as invoice_routes
 from danlu.api.routers import storage as storage_router
@@ -67,11 +68,13 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(telemetry_router.router, prefix=API_PREFIX)  # issue 10: metrics, top, events
     app.include_router(telemetry_router.metrics_router)  # Prometheus scrapes /metrics
     app.include_router(webhooks_router.router, prefix=API_PREFIX)
+    app.include_router(credentials_router.router, prefix=API_PREFIX)  # issue 12: passwords, named tokens
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 
     install_docs(app)
     install_openapi(app, platform)
+    console.install(app)  # issue 12: the web console at /
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import String, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
@@ -24,7 +24,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor, parse_amount
-from danlu.db.models import BillingAccount, LedgerEntry, LedgerTransaction, Price, Team, User
+from danlu.db.models import Account, BillingAccount, LedgerEntry, LedgerTransaction, Price, Team, User
 
 
 @dataclass
@@ -55,6 +55,18 @@ def balance(p: Platform, user: User, team: str | None = None) -> BalanceView:
         return _balance_view(
             s, teams.payer_named(s, user, team)
         )
+
+
+def personal_balances(p: Platform) -> dict[int, BalanceView]:
+    """Every personal account's cash balance and credit limit by user id (the operator's list)."""
+    with p.db.read() as s:
+        cur = currency(s)
+        rows = s.execute(
+            select(BillingAccount.user_id, Account.balance_minor, BillingAccount.credit_limit_minor)
+            .join(Account, Account.ref == literal("ba:") + cast(BillingAccount.id, String))
+            .where(BillingAccount.kind == "personal", Account.kind == "cash")
+        ).all()
+        return {int(r[0]): BalanceView(r[1], r[2], cur) for r in rows if r[0] is not None}
 
 
 def _payer_by_name(s: Session, name: str, team: bool) -> BillingAccount:

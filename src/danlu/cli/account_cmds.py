@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
@@ -102,7 +103,67 @@ def offers(
     )
 
 
+def read_password(from_stdin: bool, prompt: str) -> str:
+    """A password from standard input's first line (scripts) or a hidden prompt asked twice."""
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return str(typer.prompt(prompt, hide_input=True, confirmation_prompt=True))
+
+
+StdinOpt = typer.Option(False, "--stdin", help="Read the password from standard input's first line.")
+password_app = typer.Typer(help="Your web console password.", no_args_is_help=True)
+token_app = typer.Typer(help="Named API tokens (beside your first one): create, list, revoke.", no_args_is_help=True)
+
+
+@password_app.command("set")
+def password_set(
+    from_stdin: bool = StdinOpt,
+    current: bool = typer.Option(False, "--change", help="You have one already: asks for it first."),
+) -> None:
+    """Set your console password (sign in at the server's / with your user name and it)."""
+    body: dict[str, str] = {}
+    if current:
+        body["current"] = str(typer.prompt("current password", hide_input=True))
+    body["new"] = read_password(from_stdin, "new password (10+ characters)")
+    Client().put("/me/password", json=body)
+    console.print("password set; every browser signed in as you was signed out", markup=False)
+
+
+@token_app.command("create")
+def token_create(name: str, as_json: bool = JsonOpt) -> None:
+    """A new named token (shown once); revoke it with `danlu token revoke ID`."""
+    data = Client().post("/tokens", json={"name": name})
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"token {data['id']} ({data['name']}), shown once: {data['token']}", markup=False)
+
+
+@token_app.command("list")
+def token_list(as_json: bool = JsonOpt) -> None:
+    rows = Client().get("/tokens")
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(
+            rows,
+            [("id", "id"), ("name", "name"), ("hint", "ends in"), ("created_at", "created"), ("revoked_at", "revoked")],
+        )
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: int, as_json: bool = JsonOpt) -> None:
+    """Revoke a named token: it stops working at once."""
+    data = Client().delete(f"/tokens/{token_id}")
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"token {data['id']} ({data['name']}) revoked", markup=False)
+
+
 def register(app: typer.Typer) -> None:
+    app.add_typer(password_app, name="password")
+    app.add_typer(token_app, name="token")
     app.command("login")(login)
     app.command("balance")(balance)
     app.command("ledger")(ledger)

@@ -6,6 +6,7 @@ import uuid
 
 import typer
 
+from danlu.cli.account_cmds import StdinOpt, read_password
 from danlu.cli.client import Client
 from danlu.cli.output import JsonOpt, console, fail, print_json, print_table
 
@@ -24,6 +25,13 @@ def user_create(name: str, as_json: bool = JsonOpt) -> None:
         print_json({"name": data["name"], "token": data["token"]})
     else:
         console.print(f"user {data['name']} created; token (shown once): {data['token']}")
+
+
+@user_app.command("password")
+def user_password(name: str, from_stdin: bool = StdinOpt) -> None:
+    """Set NAME's web console password (they may change it with `danlu password set --change`)."""
+    Client().put(f"/admin/users/{name}/password", json={"password": read_password(from_stdin, f"password for {name}")})
+    console.print(f"console password set for {name}", markup=False)
 
 
 @user_app.command("list")

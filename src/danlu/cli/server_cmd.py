@@ -104,6 +104,7 @@ def server(
     # every other `danlu` command starts fast.
     import uvicorn
 
+    from danlu.accounts.credentials import ensure_admin_password
     from danlu.api.app import create_app
     from danlu.compute.backends.base import Backend
     from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, parse_gpu_models
@@ -115,7 +116,7 @@ def server(
     from danlu.core.errors import DanluError
     from danlu.db.engine import open_database
     from danlu.scheduling.policies import get_policy
-    from danlu.server.bootstrap import bootstrap
+    from danlu.server.bootstrap import ADMIN_NAME, bootstrap
     from danlu.server.lease import DataDirLock
     from danlu.server.loop import ControlLoop
 
@@ -223,6 +224,11 @@ def server(
     else:
         typer.echo(f"admin token: in {token_file}")
     typer.echo(f"try:  export DANLU_URL=http://{host}:{port} DANLU_TOKEN=$(cat {token_file}); danlu offers")
+    password = ensure_admin_password(platform, data_dir, ADMIN_NAME)
+    shown = f"{password}  (shown once, also in {data_dir / 'admin-password'})" if password else "in " + str(
+        data_dir / "admin-password"
+    )
+    typer.echo(f"console: http://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
     loop.start()
     try:
         uvicorn.run(app, host=host, port=port, **UVICORN_OPTIONS)  # type: ignore[arg-type]

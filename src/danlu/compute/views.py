@@ -151,7 +151,7 @@ class ReadCache(Generic[K, V]):
 
 # The API's current user by token digest (api/deps.py): a revoked or rotated token, a suspension,
 # any write to ``users`` in this process is seen by the very next request.
-CURRENT_USERS: ReadCache[str, dict[str, Any]] = ReadCache(("users",), ttl_s=2.0)
+CURRENT_USERS: ReadCache[str, dict[str, Any]] = ReadCache(("users", "api_tokens"), ttl_s=2.0)
 
 
 @dataclass

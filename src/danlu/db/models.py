@@ -65,6 +65,35 @@ class User(Base):
     # The team the user rents on when no --team is given; NULL = the personal account.
     default_team_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    # The web console's sign-in (argon2id, danlu.accounts.credentials); NULL = no password set, so
+    # this user signs in with API tokens only.
+    password_hash: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+
+class ApiToken(Base):
+    """A named API token a person made from the console or ``danlu token create`` (beside the one
+    token every user has on ``users``). Stored as a SHA-256 hash; revoking sets ``revoked_at_ms``."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    hint: Mapped[str] = mapped_column(String(16))  # the token's last characters, to tell tokens apart
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class WebSession(Base):
+    """A signed-in browser (the console's session cookie holds a random value; this row its hash).
+    ``csrf`` is the token every form of that session must carry."""
+
+    __tablename__ = "web_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 class BillingAccount(Base):

@@ -348,3 +348,12 @@ def _losses(s: Session, job: Job, status: InstanceStatus = InstanceStatus.LOST) 
             select(func.count(Instance.id)).where(Instance.job_id == job.id, Instance.status == status)
         ).scalar_one()
     )
+
+
+def queue_positions(p: Platform) -> tuple[dict[str, int], int]:
+    """Each queued job's place in arrival order among every queued job (1 = next in line at equal
+    priority and fit), and how many are queued. The policy may start a later job first when it fits
+    free GPUs the earlier one cannot use; the console says so beside the number."""
+    with p.db.read() as s:
+        ids = s.scalars(select(Job.id).where(Job.status == QUEUED).order_by(Job.seq)).all()
+    return {job_id: i + 1 for i, job_id in enumerate(ids)}, len(ids)

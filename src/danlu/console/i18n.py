@@ -1,0 +1,121 @@
+"""Languages: English (the source text) and 简体中文, through gettext catalogs read with Babel.
+
+The catalogs ship as ``.po`` files in the package (``locale/LANG/LC_MESSAGES/messages.po``) and are
+compiled in memory on first use, so there is no build step and nothing to fetch. The console's
+templates and the CLI's human messages (danlu.cli.output.tr) share them. Money, dates and times are
+formatted per locale with Babel (CLDR data that ships inside the babel package), in the deployment's
+time zone (``--timezone``).
+"""
+
+from __future__ import annotations
+
+import gettext
+import io
+import os
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from functools import cache
+from importlib import resources
+from zoneinfo import ZoneInfo
+
+from babel import Locale, UnknownLocaleError
+from babel.dates import format_datetime
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po
+from babel.numbers import format_currency, format_decimal
+
+LANGUAGES = {"en": "English", "zh_CN": "简体中文"}
+DEFAULT = "en"
+
+
+@cache
+def translations(lang: str) -> gettext.NullTranslations:
+    """The compiled catalog of ``lang`` (English is the source text: no catalog)."""
+    if lang not in LANGUAGES or lang == DEFAULT:
+        return gettext.NullTranslations()
+    po = resources.files("danlu.console").joinpath(f"locale/{lang}/LC_MESSAGES/messages.po")
+    with po.open("rb") as f:
+        catalog = read_po(f, locale=lang)
+    buf = io.BytesIO()
+    write_mo(buf, catalog)
+    buf.seek(0)
+    return gettext.GNUTranslations(buf)
+
+
+def negotiate(cookie: str | None, accept_language: str | None) -> str:
+    """The console's language: the ``lang`` cookie when it names one we have, else the best match of
+    the browser's ``Accept-Language`` (zh, zh-CN, zh-Hans → 简体中文), else English."""
+    if cookie in LANGUAGES:
+        return cookie
+    wanted: list[tuple[float, str]] = []
+    for part in (accept_language or "")[:500].split(","):
+        tag, _, q = part.strip().partition(";q=")
+        try:
+            weight = float(q) if q else 1.0
+        except ValueError:
+            continue
+        if tag:
+            wanted.append((weight, tag.replace("-", "_")))
+    wanted.sort(key=lambda w: -w[0])
+    found = Locale.negotiate([t for _, t in wanted], ["en", "zh_CN", "zh_Hans_CN", "zh"], sep="_")
+    if found is not None and found.language == "zh":
+        return "zh_CN"
+    return DEFAULT
+
+
+def cli_language() -> str:
+    """The CLI's language: ``DANLU_LANG``, else ``LC_ALL`` / ``LC_MESSAGES`` / ``LANG`` (zh_CN.UTF-8 …)."""
+    for var in ("DANLU_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(var, "")
+        if value:
+            return "zh_CN" if value.lower().startswith("zh") else DEFAULT
+    return DEFAULT
+
+
+class Formatter:
+    """Money, numbers and times for one language, in the deployment's time zone."""
+
+    def __init__(self, lang: str, timezone: str) -> None:
+        self.lang = lang
+        self.t = translations(lang)
+        try:
+            self.locale = Locale.parse(lang)
+        except (UnknownLocaleError, ValueError):
+            self.locale = Locale.parse(DEFAULT)
+        self.tz = ZoneInfo(timezone)
+
+    def gettext(self, message: str) -> str:
+        return self.t.gettext(message)
+
+    def money(self, amount: str | None, currency: str) -> str:
+        """``amount`` is the API's exact decimal text ("12.30"); formatted without passing through float."""
+        if amount is None:
+            return "—"
+        try:
+            value = Decimal(amount)
+        except InvalidOperation:
+            return amount
+        return str(format_currency(value, currency, locale=self.locale, decimal_quantization=False))
+
+    def number(self, value: int | str) -> str:
+        return str(format_decimal(Decimal(value), locale=self.locale))
+
+    def when_ms(self, ms: int | None) -> str:
+        if ms is None:
+            return "—"
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+        return str(format_datetime(moment, "medium", tzinfo=self.tz, locale=self.locale))
+
+    def when_iso(self, text: str | None) -> str:
+        if not text:
+            return "—"
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return text
+        return str(format_datetime(moment, "medium", tzinfo=self.tz, locale=self.locale))
+
+    def duration(self, seconds: int) -> str:
+        h, rest = divmod(max(seconds, 0), 3600)
+        m, s = divmod(rest, 60)
+        return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
