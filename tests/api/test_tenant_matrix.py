@@ -29,10 +29,12 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from danlu.api.deps import get_admin
+from danlu.console.web import ConsoleRoute
 from danlu.core.clock import FakeClock
 from danlu.db.models import (
     Account,
     Allocation,
+    ApiToken,
     Budget,
     Gpu,
     Instance,
@@ -48,7 +50,13 @@ from tests.conftest import LiveServer, make_platform, require_sandbox, wait_for
 
 ID_PARAM = re.compile(r"\{(\w+_id)(?::\w+)?\}")
 # Ids of no object; others are instances.
-FAKE_IDS = {"job_id": "j-0000000000", "budget_id": "987654321", "hold_id": "h-0000000000", "webhook_id": "987654321"}
+FAKE_IDS = {
+    "job_id": "j-0000000000",
+    "budget_id": "987654321",
+    "hold_id": "h-0000000000",
+    "webhook_id": "987654321",
+    "token_id": "987654321",
+}
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
 SAMPLE_FIELDS: dict[str, Any] = {
     "command": ["sh", "-c", "echo intruder; sleep 600"],
@@ -106,8 +114,8 @@ def route_table(app: FastAPI) -> list[RouteInfo]:
     out = []
     for ctx in iter_route_contexts(app.routes):
         route = ctx.original_route
-        if not isinstance(route, APIRoute):
-            continue
+        if not isinstance(route, APIRoute) or isinstance(route, ConsoleRoute):
+            continue  # the console's pages: test_another_tenants_console_pages_answer_404_and_change_nothing
         body = route.body_field
         model = body.field_info.annotation if body is not None else None
         assert model is None or (isinstance(model, type) and issubclass(model, BaseModel)), (
@@ -249,6 +257,8 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         # not fire here, so its delivery counts stand still between snapshots.
         hook = a.post("/webhooks", json={"url": "https://1.1.1.1/a-hook", "kinds": ["member_removed"]})
         assert hook.status_code == 201, hook.text
+        named = a.post("/tokens", json={"name": "a-laptop"})  # A's named API token (issue 12)
+        assert named.status_code == 201, named.text
         app = live.server.config.app
         assert isinstance(app, FastAPI)
         w = World(live=live, app=app, a=a, b=b, a_name="tenant-a", team="a-team")
@@ -260,6 +270,7 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "budget_id": [str(r.json()["id"]) for r in budgets],
             "hold_id": [hid],
             "webhook_id": [str(hook.json()["id"])],
+            "token_id": [str(named.json()["id"])],
         }
         w.a_views = [
             "/instances",
@@ -336,6 +347,9 @@ def db_state(live: LiveServer) -> dict[str, Any]:
             "webhooks": [
                 (h.id, h.user_id, h.url, h.kinds, h.deleted_at_ms)
                 for h in s.scalars(select(Webhook).order_by(Webhook.id))
+            ],
+            "api_tokens": [
+                (t.id, t.user_id, t.revoked_at_ms) for t in s.scalars(select(ApiToken).order_by(ApiToken.id))
             ],
             "transactions": len(s.scalars(select(LedgerTransaction.id)).all()),
             "entries": len(s.scalars(select(LedgerEntry.id)).all()),
@@ -451,7 +465,7 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
 
     run_checked(world, calls, expect)
     a_ids = {
-        i for kind, ids in world.objects.items() if kind not in ("budget_id", "webhook_id") for i in ids
+        i for kind, ids in world.objects.items() if kind not in ("budget_id", "webhook_id", "token_id") for i in ids
     }  # not small numbers
     for path in ("/instances?all=true", "/jobs", "/ledger?limit=1000", "/admin/sandboxes"):
         text = world.b.get(path).text
@@ -531,3 +545,70 @@ def test_another_teams_routes_answer_404_and_change_nothing(world: World) -> Non
     for path in (f"/balance?team={world.team}", f"/ledger?team={world.team}", f"/vouchers?team={world.team}"):
         r = world.b.get(path)
         assert r.status_code == 404 and _error(r)["code"] == "team_not_found", (path, r.text)
+
+
+# A form field every console form might want: the values are valid where they can be, so a
+# refusal proves the object was refused, not the field.
+CONSOLE_FORM = {
+    "reason": "mine now", "amount": "1.00", "password": "intruder-password-1", "gpus": "1", "role": "member",
+    "stop": "23:00", "start": "08:00", "days": "mon-fri", "key": "k-1", "quota": "1", "expected_refund": "0.00",
+    "shown_at_ms": "0",
+}  # fmt: skip
+
+
+def test_another_tenants_console_pages_answer_404_and_change_nothing(world: World) -> None:
+    """Every console route with an object in its path, signed in as tenant B with B's CSRF token:
+    a page is 404, a form is refused (a 303 back with the error, or 404) and A's world is unchanged."""
+    import re as _re
+
+    from tests.console.helpers import csrf_of, set_password, sign_in
+
+    set_password(world.live, "tenant-b", "tenant-b-password")
+    b = sign_in(world.live, "tenant-b", "tenant-b-password")
+    csrf = csrf_of(b)
+    values = {
+        "instance_id": world.objects["instance_id"],
+        "job_id": world.objects["job_id"],
+        "hold_id": world.objects["hold_id"],
+        "webhook_id": world.objects["webhook_id"],
+        "token_id": world.objects["token_id"],
+        "name": [world.team, world.a_name],
+        "user_name": [world.a_name, "team-member"],
+    }
+    routes = []
+    for ctx in iter_route_contexts(world.app.routes):
+        route = ctx.original_route
+        if (
+            isinstance(route, ConsoleRoute)
+            and "{" in route.path
+            and route.path not in ("/lang/{lang}", "/invoices/{period}")
+        ):
+            routes.append((route, sorted(ctx.methods or ())))
+    assert len(routes) >= 20, [r.path for r, _ in routes]
+    problems: list[str] = []
+    before = snapshot(world)
+    for route, methods in routes:
+        names = _re.findall(r"\{(\w+)\}", route.path)
+        missing = [n for n in names if n not in values]
+        assert not missing, f"console route {route.path}: give the matrix tenant A's objects for {missing}"
+        for idx in range(max(len(values[n]) for n in names)):
+            path = route.path
+            for n in names:
+                path = path.replace("{" + n + "}", values[n][idx % len(values[n])])
+            for method in methods:
+                if method == "GET":
+                    r = b.get(path)
+                    ok = r.status_code == 404
+                else:
+                    r = b.post(
+                        path, data={"csrf": csrf, **CONSOLE_FORM}, headers={"referer": f"{world.live.url}/account"}
+                    )
+                    ok = r.status_code == 404 or (r.status_code == 303 and r.headers["location"] == "/account")
+                if not ok:
+                    problems.append(f"{method} {path}: answered {r.status_code} {r.headers.get('location', '')}")
+                after = snapshot(world)
+                changed = diff(before, after)
+                if changed:
+                    problems.append(f"{method} {path} by tenant B changed tenant A's world: " + "; ".join(changed))
+                    before = after
+    assert not problems, "\n".join(problems)

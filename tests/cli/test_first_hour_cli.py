@@ -228,3 +228,51 @@ def test_ps_watch_redraws_live_until_interrupted(server: tuple[str, Path]) -> No
     text = shown.decode(errors="replace")
     assert iid in text and "running" in text
     assert len(set(re.findall(r"danlu ps — (\d\d:\d\d:\d\d)", text))) >= 2  # redrawn, with the time moving on
+
+
+def test_run_wait_shows_the_queue_position_until_the_job_runs(server: tuple[str, Path]) -> None:  # noqa: F811
+    """A wait for a GPU is a live line (the queue position, why it waits), not silence; the API's
+    job carries the position while queued."""
+    import subprocess
+
+    from tests.cli.test_contract import DANLU
+
+    url, data = server
+    cli = Cli(url, (data / "admin-token").read_text().strip())
+    cli("admin", "price", "set", "A100-80GB", "36.00")
+    cli("admin", "topup", "admin", "100.00")
+    blocker = json.loads(cli("rent", "--gpu", "A100-80GB", "--count", "2", "--json", "--", "sleep", "120").stdout)
+    proc = subprocess.Popen(
+        [*DANLU, "run", "--gpus", "2", "--gpu", "A100-80GB", "--wait", "--", "sleep", "30"],
+        env={**cli.env, "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    job = wait_for(lambda: next(iter(cli.json("jobs")), None))  # type: ignore[call-overload]
+    assert job["status"] == "queued" and (job["queue_position"], job["queued_jobs"]) == (1, 1)
+    assert proc.poll() is None  # still waiting
+    cli("stop", blocker["id"])
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert re.search(rf"{job['id']} running", out), out
+    assert cli.json("job", "show", job["id"])["queue_position"] is None  # type: ignore[index]
+
+
+def test_the_cli_speaks_chinese_when_asked() -> None:
+    """The CLI's table headers go through the console's catalogs: LANG=zh_CN.UTF-8 or DANLU_LANG."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from danlu.cli import output\n"
+        "output.print_table([{'id': 'i-1', 'status': 'running'}], [('id', 'id'), ('status', 'status')])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "DANLU_LANG"))}
+    zh = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "LANG": "zh_CN.UTF-8"}, capture_output=True, text=True
+    )
+    en = subprocess.run([sys.executable, "-c", code], env={**env, "LANG": "C.UTF-8"}, capture_output=True, text=True)
+    assert "状态" in zh.stdout and "status" not in zh.stdout, zh.stdout + zh.stderr
+    assert "status" in en.stdout and "状态" not in en.stdout

@@ -14,6 +14,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 
 from danlu import __version__, console
 from danlu.advisor.plans import PlatformOffer, PlatformPlans
@@ -39,6 +40,11 @@ from danlu.context import Platform
 from danlu.core.money import exponent
 
 API_PREFIX = "/api/v1"
+
+
+class HealthOut(BaseModel):
+    status: str
+    version: str
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 ASSETS_URL = "/docs-assets"
 
@@ -76,11 +82,11 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     install_openapi(app, platform)
     console.install(app)  # issue 12: the web console at /
 
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    @app.get("/healthz", response_model=HealthOut)
+    def healthz() -> HealthOut:
         with platform.db.read() as s:
             s.connection().exec_driver_sql("SELECT 1")
-        return {"status": "ok", "version": __version__}
+        return HealthOut(status="ok", version=__version__)
 
     return app
 

@@ -120,13 +120,13 @@ def ps(
         shown = [_row(v) for v in rows] or [{"id": "no instances"}]
         return build_table(shown, COLUMNS, title, whole=WHOLE, optional=OPTIONAL)[0]
 
-    with Live(table(rows), console=console, refresh_per_second=4) as live:
-        try:
+    try:  # Ctrl-C ends the watch at any moment, the first drawing included
+        with Live(table(rows), console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(max(0.5, interval))
                 live.update(table(client.get("/instances", params={"all": all_})))
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass
 
 
 def show(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -63,6 +64,9 @@ def run(
     idle_stop: str = IdleStopOpt,
     idle_threshold: str = IdleThresholdOpt,
     max_duration: str = MaxDurationOpt,
+    wait: bool = typer.Option(
+        False, "--wait", help="Wait until it runs (or ends), with a live line: its queue position and why it waits."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Queue a training job; the scheduler runs it on the cheapest GPUs that meet its needs."""
@@ -80,11 +84,30 @@ def run(
         "team": team,
         **limits_body(idle_stop, idle_threshold, max_duration),
     }
-    v = Client().post("/jobs", json=body)
+    client = Client()
+    v = client.post("/jobs", json=body)
+    if wait and v["status"] == "queued":
+        v = _wait_until_placed(client, v, quiet=as_json)
     if as_json:
         print_json(v)
     else:
         console.print(f"{v['id']} {v['status']}: {v['status_reason']}")
+
+
+def _wait_until_placed(client: Client, v: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
+    """Poll the job each second until it leaves the queue, showing a status line (on a terminal)."""
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        status = None if quiet else stack.enter_context(console.status(""))
+        while v["status"] == "queued":
+            if status is not None:
+                where = f"{v['queue_position']} of {v['queued_jobs']}" if v.get("queue_position") else "?"
+                status.update(
+                    f"{v['id']} queued {int(time.monotonic() - started)} s · position {where} · {v['status_reason']}"
+                )
+            time.sleep(1.0)
+            v = client.get(f"/jobs/{v['id']}")
+    return v
 
 
 def jobs(as_json: bool = JsonOpt) -> None:

@@ -146,9 +146,12 @@ def image_add(
     """Register an image renters can choose with `danlu rent --image NAME`."""
     import os
 
-    data = Client().post(
-        "/admin/images", json={"name": name, "source": os.path.abspath(source), "description": description}
-    )
+    body = {"name": name, "source": os.path.abspath(source), "description": description}
+    if as_json:
+        data = Client().post("/admin/images", json=body)
+    else:
+        with console.status(f"importing {source} as image {name} (checking every file; a large tarball takes a while)"):
+            data = Client().post("/admin/images", json=body)
     if as_json:
         print_json(data)
     else:

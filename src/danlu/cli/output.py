@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
@@ -62,6 +63,7 @@ def build_table(
     model names and of the ``whole`` keys are never cut or wrapped (they are copied into other
     commands); other cells wrap. While the table cannot fit without breaking a word, the
     ``optional`` keys are left out, first to last."""
+    columns = [(k, tr(h)) for k, h in columns]
     keep = {k for k, _ in columns if is_id_key(k) or k in WHOLE_KEYS} | set(whole)
     width = console.width if width is None else width
     texts = [{k: _cell(r.get(k)) for k, _ in columns} for r in rows]
@@ -107,6 +109,26 @@ def build_table(
     for t in texts:
         table.add_row(*(Text(t[k]) for k, _ in cols))
     return table, dropped
+
+
+def tr(message: str) -> str:
+    """``message`` in the CLI's language (DANLU_LANG, else LC_ALL / LC_MESSAGES / LANG: zh… picks
+    简体中文), through the console's gettext catalogs (danlu.console.i18n). English, the source text,
+    loads nothing."""
+    if cli_language() == "en":
+        return message
+    from danlu.console.i18n import translations
+
+    return translations(cli_language()).gettext(message)
+
+
+def cli_language() -> str:
+    """``zh_CN`` when DANLU_LANG, else the first of LC_ALL / LC_MESSAGES / LANG that is set, starts with zh."""
+    for var in ("DANLU_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(var, "")
+        if value:
+            return "zh_CN" if value.lower().startswith("zh") else "en"
+    return "en"
 
 
 def print_table(

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from danlu.accounts import service as accounts
 from danlu.api.deps import AdminUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     AmountIn,
     BalanceOut,
@@ -30,7 +31,7 @@ from danlu.billing import service as billing
 from danlu.compute import inventory
 from danlu.core.money import format_minor
 
-router = APIRouter(prefix="/admin", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, prefix="/admin", tags=["admin"], responses=errors(401, 403))
 
 
 @router.post("/users", response_model=UserOut, status_code=201, responses=errors(400, 409))
@@ -39,7 +40,7 @@ def create(body: UserCreate, p: PlatformDep, _admin: AdminUser) -> UserOut:
     return UserOut(name=user.name, token=token, is_admin=False)
 
 
-@router.get("/users", response_model=list[UserOut])
+@router.get("/users", response_model=list[UserOut], **paged("name"))
 def list_users(p: PlatformDep, _admin: AdminUser) -> list[UserOut]:
     return [
         UserOut(name=u.name, is_admin=u.is_admin, suspended_reason=u.suspended_reason, sandbox_uid=u.sandbox_uid)
@@ -75,7 +76,7 @@ def gpu_quota(name: UserNamePath, body: QuotaIn, p: PlatformDep, _admin: AdminUs
     return QuotaOut(name=user.name, gpus=user.gpu_quota)
 
 
-@router.get("/gpus", response_model=list[GpuOut])
+@router.get("/gpus", response_model=list[GpuOut], **paged("host", "index"))
 def list_gpus(p: PlatformDep, _admin: AdminUser) -> list[GpuOut]:
     """Every GPU of every host, marked simulated or real, with the instance holding it."""
     return [GpuOut(**asdict(g)) for g in inventory.list_gpus(p)]

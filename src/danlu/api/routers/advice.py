@@ -244,20 +244,56 @@ class PlanRequest(Strict):
     include_outliers: bool = Field(False, description=OUTLIERS_TEXT + " (for the public hourly rate)")
 
 
-@router.post("/advice/plan", responses=errors(400))
-def post_plan(body: PlanRequest, offers: OffersDep, plans: PlansDep) -> dict[str, Any]:
+class PlanCostOut(BaseModel):
+    plan: str
+    cost: str
+    note: str
+
+
+class PlanOut(BaseModel):
+    best: str
+    currency: str
+    plans: list[PlanCostOut]
+    break_even: list[str]
+    hourly_rate: str
+    rate_source: str
+    discount_source: str
+
+
+class BuyMonthOut(BaseModel):
+    month: int
+    buy: str
+    rent: str
+
+
+class BuyOut(BaseModel):
+    currency: str
+    months: int
+    cheaper: str
+    rent_rate: str | None
+    rent_rate_source: str | None
+    total_buy: str
+    total_rent: str
+    break_even_utilisation: float | None
+    cumulative: list[BuyMonthOut]
+
+
+@router.post("/advice/plan", response_model=PlanOut, responses=errors(400))
+def post_plan(body: PlanRequest, offers: OffersDep, plans: PlansDep) -> PlanOut:
     """Hourly against this platform's packages and reservations on sale (or ``discounts_pct``, a
     what-if: term → percent off), for a usage profile."""
     profile = UsageProfile(body.hours_per_day, body.days_per_week, body.weeks, body.predictability)
     discounts = {name: _dec(pct) for name, pct in body.discounts_pct.items()}
-    return service.plan_advice(
-        body.gpu,
-        profile,
-        gpus=body.gpus,
-        platform_offers=offers,
-        platform_terms=plans.terms,
-        discounts=discounts,
-        include_outliers=body.include_outliers,
+    return PlanOut.model_validate(
+        service.plan_advice(
+            body.gpu,
+            profile,
+            gpus=body.gpus,
+            platform_offers=offers,
+            platform_terms=plans.terms,
+            discounts=discounts,
+            include_outliers=body.include_outliers,
+        )
     )
 
 
@@ -275,8 +311,8 @@ class BuyRequest(Strict):
     include_outliers: bool = Field(False, description=OUTLIERS_TEXT + " (for the default rent_rate)")
 
 
-@router.post("/advice/buy", responses=errors(400))
-def post_buy(body: BuyRequest, offers: OffersDep) -> dict[str, Any]:
+@router.post("/advice/buy", response_model=BuyOut, responses=errors(400))
+def post_buy(body: BuyRequest, offers: OffersDep) -> BuyOut:
     result = service.buy_advice(
         body.gpu,
         purchase_price=body.purchase_price,
@@ -291,4 +327,4 @@ def post_buy(body: BuyRequest, offers: OffersDep) -> dict[str, Any]:
         platform_offers=offers,
         include_outliers=body.include_outliers,
     )
-    return result.to_dict()
+    return BuyOut.model_validate(result.to_dict())

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import BudgetIdPath, BudgetIn, BudgetOut, BudgetTeamQuery, errors
 from danlu.billing import budgets as svc
 from danlu.core.money import format_minor
 
-router = APIRouter(prefix="/budgets", tags=["budgets"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, prefix="/budgets", tags=["budgets"], responses=errors(401))
 
 
 def _out(v: svc.BudgetView) -> BudgetOut:
@@ -27,7 +28,7 @@ def _out(v: svc.BudgetView) -> BudgetOut:
     )
 
 
-@router.get("", response_model=list[BudgetOut], responses=errors(404))
+@router.get("", response_model=list[BudgetOut], **paged("id"), responses=errors(404))
 def list_budgets(p: PlatformDep, user: CurrentUser, team: BudgetTeamQuery = None) -> list[BudgetOut]:
     """Your personal account's budgets (or a team's: any member may look), with what each has spent."""
     return [_out(v) for v in svc.list_budgets(p, user, team)]

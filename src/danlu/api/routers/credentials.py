@@ -10,11 +10,12 @@ from pydantic import BaseModel, Field
 
 from danlu.accounts import credentials
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import Strict, UserNamePath, errors
 from danlu.core.clock import iso
 from danlu.core.errors import Unauthorized
 
-router = APIRouter(tags=["account"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, tags=["account"], responses=errors(401))
 
 Password = Annotated[str, Field(max_length=credentials.MAX_PASSWORD)]
 
@@ -48,7 +49,7 @@ class ApiTokenOut(BaseModel):
         )  # fmt: skip
 
 
-@router.put("/me/password", status_code=204, responses=errors(422))
+@router.put("/me/password", status_code=204, responses=errors(400))
 def set_my_password(body: PasswordIn, p: PlatformDep, user: CurrentUser) -> Response:
     """Set your console password (the web console's sign-in). Changing one needs the current one;
     every browser signed in as you is signed out."""
@@ -60,20 +61,20 @@ def set_my_password(body: PasswordIn, p: PlatformDep, user: CurrentUser) -> Resp
     return Response(status_code=204)
 
 
-@router.put("/admin/users/{name}/password", status_code=204, tags=["admin"], responses=errors(403, 404, 422))
+@router.put("/admin/users/{name}/password", status_code=204, tags=["admin"], responses=errors(400, 403, 404))
 def set_user_password(name: UserNamePath, body: AdminPasswordIn, p: PlatformDep, _admin: AdminUser) -> Response:
     """Set a user's console password (they sign in with it and may change it)."""
     credentials.set_password(p, name, body.password)
     return Response(status_code=204)
 
 
-@router.get("/tokens", response_model=list[ApiTokenOut])
+@router.get("/tokens", response_model=list[ApiTokenOut], **paged("id", descending=True))
 def list_tokens(p: PlatformDep, user: CurrentUser) -> list[ApiTokenOut]:
     """Your named API tokens, newest first (the token itself is never shown again)."""
     return [ApiTokenOut.of(t) for t in credentials.list_api_tokens(p, user)]
 
 
-@router.post("/tokens", response_model=ApiTokenOut, status_code=201, responses=errors(422))
+@router.post("/tokens", response_model=ApiTokenOut, status_code=201, responses=errors(400))
 def create_token(body: ApiTokenIn, p: PlatformDep, user: CurrentUser) -> ApiTokenOut:
     """A new named token that works like your first one (shown once, in this answer)."""
     info, token = credentials.create_api_token(p, user, body.name)
@@ -81,8 +82,6 @@ def create_token(body: ApiTokenIn, p: PlatformDep, user: CurrentUser) -> ApiToke
 
 
 @router.delete("/tokens/{token_id}", response_model=ApiTokenOut, responses=errors(404))
-def revoke_token(
-    token_id: Annotated[int, Path(ge=1, le=2**31 - 1)], p: PlatformDep, user: CurrentUser
-) -> ApiTokenOut:
+def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**31 - 1)], p: PlatformDep, user: CurrentUser) -> ApiTokenOut:
     """Revoke one of your named tokens: it stops working at once."""
     return ApiTokenOut.of(credentials.revoke_api_token(p, user, token_id))

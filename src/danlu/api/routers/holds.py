@@ -22,16 +22,17 @@ from danlu.api.hold_schemas import (
     PurchaseQuoteOut,
     TermPath,
 )
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import IdempotencyKeyHeader, TeamQuery, errors
 from danlu.billing import idempotency, terms
 from danlu.compute import holds as svc
 from danlu.core.money import format_minor
 
-router = APIRouter(tags=["holds"], responses=errors(401))
-admin_router = APIRouter(prefix="/admin/plans", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, tags=["holds"], responses=errors(401))
+admin_router = APIRouter(route_class=ListRoute, prefix="/admin/plans", tags=["admin"], responses=errors(401, 403))
 
 
-@router.get("/plans", response_model=list[PlanOut])
+@router.get("/plans", response_model=list[PlanOut], **paged("term"))
 def plans(p: PlatformDep, user: CurrentUser) -> list[PlanOut]:
     """Packages and reserved commitments on sale, with what one GPU of each model costs for the term."""
     cur, rows = svc.list_plans(p)
@@ -67,7 +68,7 @@ def buy(body: HoldIn, p: PlatformDep, user: CurrentUser, idempotency_key: Idempo
     return JSONResponse(out, status_code=status)
 
 
-@router.get("/holds", response_model=list[HoldOut], responses=errors(404))
+@router.get("/holds", response_model=list[HoldOut], **paged("id"), responses=errors(404))
 def list_holds(p: PlatformDep, user: CurrentUser, team: TeamQuery = None) -> list[HoldOut]:
     return [HoldOut.of(v) for v in svc.list_holds(p, user, team)]
 
@@ -101,7 +102,7 @@ def cancel(
     return JSONResponse(out, status_code=status)
 
 
-@admin_router.get("", response_model=list[PlanTermOut])
+@admin_router.get("", response_model=list[PlanTermOut], **paged("term"))
 def admin_terms(p: PlatformDep, admin: AdminUser) -> list[PlanTermOut]:
     return [PlanTermOut.of(v) for v in terms.list_terms(p)]
 

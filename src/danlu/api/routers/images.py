@@ -3,11 +3,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import ImageIn, ImageNamePath, ImageOut, errors
 from danlu.compute import images as svc
 from danlu.core.clock import iso
 
-router = APIRouter(tags=["images"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, tags=["images"], responses=errors(401))
 
 
 def _out(v: svc.ImageView) -> ImageOut:
@@ -16,7 +17,7 @@ def _out(v: svc.ImageView) -> ImageOut:
     )
 
 
-@router.get("/images", response_model=list[ImageOut])
+@router.get("/images", response_model=list[ImageOut], **paged("name"))
 def list_images(p: PlatformDep, _user: CurrentUser) -> list[ImageOut]:
     """The root filesystems a rental can run in (``image`` of a rental or job)."""
     return [_out(v) for v in svc.list_images(p)]

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
+from starlette.concurrency import run_in_threadpool
 
 from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     EventOut,
     InstanceIdPath,
@@ -19,11 +24,12 @@ from danlu.api.schemas import (
 )
 from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
+from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.telemetry import efficiency
 from danlu.telemetry.limits import resolve as resolve_limits
 
-router = APIRouter(prefix="/instances", tags=["instances"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, prefix="/instances", tags=["instances"], responses=errors(401))
 _ID = errors(404)
 RUN_STATUSES = (402, 403, 404, 409, 429, 503)  # balance, suspended, not found, state/capacity, quota, sandbox
 
@@ -63,13 +69,75 @@ def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request)
 LISTING = TypeAdapter(list[InstanceOut])
 
 
-@router.get("", response_model=list[InstanceOut])
+@router.get("", response_model=list[InstanceOut], **paged("created_at", "id"))
 async def list_instances(  # reads only: served on the event loop (see api/deps.py)
     p: PlatformDep, user: CurrentUser, all: bool = False
 ) -> Response:
     """The JSON bytes are rendered again only when the listing would change (views.render_listing)."""
-    body = views.render_listing(p, user, all, lambda vs: LISTING.dump_json([InstanceOut.of(v) for v in vs]), "json")
-    return Response(body, media_type="application/json")
+    return Response(_listing_json(p, user, all), media_type="application/json")
+
+
+def _listing_json(p: Platform, user: CurrentUser, include_destroyed: bool) -> bytes:
+    return views.render_listing(
+        p, user, include_destroyed, lambda vs: LISTING.dump_json([InstanceOut.of(v) for v in vs]), "json"
+    )
+
+
+SSE = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}
+}
+
+
+@router.get("/stream", response_class=StreamingResponse, responses=STREAM_DOC)
+async def stream(p: PlatformDep, user: CurrentUser, request: Request) -> StreamingResponse:
+    """Server-sent events: your instances (as ``GET /instances`` answers them, with live cost) when
+    they change, checked every second; a comment every 15 s keeps the connection open. Reads run
+    in the thread pool, not on the event loop."""
+
+    def render() -> bytes:
+        return views.render_listing(
+            p, user, False, lambda vs: LISTING.dump_json([InstanceOut.of(v) for v in vs]), "json"
+        )
+
+    async def events() -> AsyncIterator[str]:
+        last, quiet = b"", 0
+        while not await request.is_disconnected():
+            body = await run_in_threadpool(_listing_json, p, user, False)
+            if body != last:
+                last, quiet = body, 0
+                yield f"data: {body.decode()}\n\n"
+            else:
+                quiet += 1
+                if quiet % 15 == 0:
+                    yield ": keep-alive\n\n"
+            await asyncio.sleep(1.0)
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE)
+
+
+@router.get("/{instance_id}/logs/stream", response_class=StreamingResponse, responses={**STREAM_DOC, **_ID})
+async def stream_logs(
+    instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request, offset: LogOffset = 0
+) -> StreamingResponse:
+    """Server-sent events: the log from ``offset`` as it grows (``{"text", "next_offset"}``), checked
+    twice a second, until you disconnect."""
+    await run_in_threadpool(views.read_log, p, user, instance_id, offset)  # 404 before the stream starts
+
+    async def events() -> AsyncIterator[str]:
+        at, quiet = offset, 0
+        while not await request.is_disconnected():
+            text, at = await run_in_threadpool(views.read_log, p, user, instance_id, at)
+            if text:
+                quiet = 0
+                yield "data: " + LogChunk(text=text, next_offset=at).model_dump_json() + "\n\n"
+            else:
+                quiet += 1
+                if quiet % 30 == 0:
+                    yield ": keep-alive\n\n"
+            await asyncio.sleep(0.5)
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses=_ID)

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     CostOut,
     FinalizeIn,
@@ -26,7 +27,7 @@ from danlu.billing import invoices as svc
 from danlu.billing.cost import explain_cost
 from danlu.billing.invoice_render import render
 
-router = APIRouter(tags=["invoices"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, tags=["invoices"], responses=errors(401))
 
 _EXPORTS: dict[int | str, dict[str, Any]] = {
     200: {
@@ -36,7 +37,9 @@ _EXPORTS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/invoices", response_model=list[InvoiceOut], responses=errors(404))
+@router.get(
+    "/invoices", response_model=list[InvoiceOut], **paged("period", "account", descending=True), responses=errors(404)
+)
 def list_invoices(p: PlatformDep, user: CurrentUser, team: InvoiceTeamQuery = None) -> list[InvoiceOut]:
     """Final invoices and drafts (always the current month's), newest month first."""
     return [InvoiceOut.model_validate(v.as_dict()) for v in svc.invoices_of(p, user, team)]

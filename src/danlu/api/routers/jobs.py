@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     MAX_SECONDS,
     PRIORITY,
@@ -25,13 +26,14 @@ from danlu.api.schemas import (
     errors,
     limited,
 )
+from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 from danlu.scheduling import jobs as svc
 from danlu.telemetry.limits import resolve as resolve_limits
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, prefix="/jobs", tags=["jobs"], responses=errors(401, 403))
 _ID = errors(404)
 DEADLINE = (
     r"^[12][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]"
@@ -99,6 +101,12 @@ class JobOut(BaseModel):
     started_at: str | None
     ended_at: str | None
     deadline: str | None
+    queue_position: int | None = Field(
+        None,
+        description="While queued: its place among every queued job in arrival order (1 = first); the policy "
+        "may start a later job first when it fits free GPUs this one cannot use",
+    )
+    queued_jobs: int | None = Field(None, description="While queued: how many jobs are queued on the platform")
 
     @classmethod
     def of(cls, v: svc.JobView) -> JobOut:
@@ -162,14 +170,24 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
     return JobOut.of(view)
 
 
-@router.get("", response_model=list[JobOut])
+@router.get("", response_model=list[JobOut], **paged("submitted_at", "id"))
 def list_jobs(p: PlatformDep, user: CurrentUser) -> list[JobOut]:
-    return [JobOut.of(v) for v in svc.list_jobs(p, user)]
+    return _placed(p, [JobOut.of(v) for v in svc.list_jobs(p, user)])
+
+
+def _placed(p: Platform, jobs: list[JobOut]) -> list[JobOut]:
+    """Each queued job with its queue position (one read of the queue for the whole list)."""
+    if any(j.status == svc.QUEUED for j in jobs):
+        positions, queued = svc.queue_positions(p)
+        for j in jobs:
+            if j.id in positions:
+                j.queue_position, j.queued_jobs = positions[j.id], queued
+    return jobs
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ID)
 def show(job_id: JobIdPath, p: PlatformDep, user: CurrentUser) -> JobOut:
-    return JobOut.of(svc.show(p, user, job_id))
+    return _placed(p, [JobOut.of(svc.show(p, user, job_id))])[0]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=errors(404, 409))

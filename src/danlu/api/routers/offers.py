@@ -6,14 +6,15 @@ from fastapi import APIRouter, Query, Response
 from pydantic import TypeAdapter
 
 from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import Amount, GpuModel, OfferOut, errors
 from danlu.compute.offers import render_offers
 
-router = APIRouter(tags=["offers"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, tags=["offers"], responses=errors(401))
 OFFERS = TypeAdapter(list[OfferOut])
 
 
-@router.get("/offers", response_model=list[OfferOut])
+@router.get("/offers", response_model=list[OfferOut], **paged("gpu_model"))
 async def get_offers(  # reads only: served on the event loop (see api/deps.py)
     p: PlatformDep,
     _user: CurrentUser,

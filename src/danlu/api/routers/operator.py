@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 
 from danlu.accounts import service as accounts
 from danlu.api.deps import AdminUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     HostIn,
     HostNamePath,
@@ -23,7 +24,7 @@ from danlu.api.schemas import (
 )
 from danlu.compute import hosts, operator
 
-router = APIRouter(prefix="/admin", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, prefix="/admin", tags=["admin"], responses=errors(401, 403))
 _NAMED = errors(404)
 
 
@@ -38,7 +39,7 @@ def _host_out(v: hosts.HostView) -> HostOut:
     )
 
 
-@router.get("/hosts", response_model=list[HostOut])
+@router.get("/hosts", response_model=list[HostOut], **paged("name"))
 def list_hosts(p: PlatformDep, _admin: AdminUser) -> list[HostOut]:
     """Hosts with their per-GPU limits, network policy and how this host sandboxes and limits runs."""
     return [_host_out(v) for v in hosts.list_hosts(p)]
@@ -59,7 +60,7 @@ def configure_host(name: HostNamePath, body: HostIn, p: PlatformDep, _admin: Adm
     return _host_out(view)
 
 
-@router.get("/sandboxes", response_model=list[SandboxOut])
+@router.get("/sandboxes", response_model=list[SandboxOut], **paged("instance_id"))
 def list_sandboxes(p: PlatformDep, _admin: AdminUser) -> list[SandboxOut]:
     """Every run with a process, whose it is, and what its sandbox was given."""
     return [SandboxOut(**asdict(v)) for v in operator.list_sandboxes(p)]

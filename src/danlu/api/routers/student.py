@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     DiscountIn,
     DiscountOut,
@@ -19,8 +20,8 @@ from danlu.api.schemas import (
 from danlu.billing import student as svc
 from danlu.core.clock import iso
 
-router = APIRouter(prefix="/student", tags=["student"], responses=errors(401))
-admin_router = APIRouter(prefix="/admin/student", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, prefix="/student", tags=["student"], responses=errors(401))
+admin_router = APIRouter(route_class=ListRoute, prefix="/admin/student", tags=["admin"], responses=errors(401, 403))
 
 
 def percent(bp: int) -> str:
@@ -51,7 +52,7 @@ def status(p: PlatformDep, user: CurrentUser) -> VerificationOut:
     return _out(svc.status(p, user))
 
 
-@admin_router.get("/requests", response_model=list[VerificationRequestOut])
+@admin_router.get("/requests", response_model=list[VerificationRequestOut], **paged("user"))
 def pending(p: PlatformDep, _admin: AdminUser) -> list[VerificationRequestOut]:
     """Requests awaiting a decision, oldest first, with their evidence."""
     return [VerificationRequestOut(**_out(v).model_dump(), evidence=e) for v, e in svc.pending(p)]

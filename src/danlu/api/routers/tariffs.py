@@ -7,12 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import TariffIdPath, TariffIn, TariffOut, errors
 from danlu.billing import tariffs as svc
 from danlu.core.clock import iso
 
-router = APIRouter(prefix="/tariffs", tags=["tariffs"], responses=errors(401))
-admin_router = APIRouter(prefix="/admin/tariffs", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, prefix="/tariffs", tags=["tariffs"], responses=errors(401))
+admin_router = APIRouter(route_class=ListRoute, prefix="/admin/tariffs", tags=["admin"], responses=errors(401, 403))
 
 
 def _out(r: svc.RuleView) -> TariffOut:
@@ -31,7 +32,7 @@ def _out(r: svc.RuleView) -> TariffOut:
     )
 
 
-@router.get("", response_model=list[TariffOut])
+@router.get("", response_model=list[TariffOut], **paged("id"))
 def in_force(p: PlatformDep, _user: CurrentUser) -> list[TariffOut]:
     """The off-peak windows in force (deployment time zone): overlapping ones never stack, the cheapest applies."""
     return [_out(r) for r in svc.list_rules(p)]
@@ -44,7 +45,7 @@ def add(body: TariffIn, p: PlatformDep, _admin: AdminUser) -> TariffOut:
     return _out(svc.add_rule(p, body.name, body.days, body.from_, body.to, body.multiplier, body.plans))
 
 
-@admin_router.get("", response_model=list[TariffOut])
+@admin_router.get("", response_model=list[TariffOut], **paged("id"))
 def list_rules(
     p: PlatformDep,
     _admin: AdminUser,

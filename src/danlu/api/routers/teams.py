@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from danlu.accounts import teams as svc
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     AdminTeamOut,
     AmountIn,
@@ -33,8 +34,8 @@ from danlu.billing import idempotency
 from danlu.billing import service as billing
 from danlu.core.money import format_minor
 
-router = APIRouter(tags=["teams"], responses=errors(401))
-admin_router = APIRouter(prefix="/admin/teams", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, tags=["teams"], responses=errors(401))
+admin_router = APIRouter(route_class=ListRoute, prefix="/admin/teams", tags=["admin"], responses=errors(401, 403))
 
 
 def _out(v: svc.TeamView) -> TeamOut:
@@ -51,7 +52,7 @@ def create(body: TeamIn, p: PlatformDep, user: CurrentUser) -> TeamOut:
     return _out(svc.create_team(p, user, body.name))
 
 
-@router.get("/teams", response_model=list[TeamOut])
+@router.get("/teams", response_model=list[TeamOut], **paged("name"))
 def list_teams(p: PlatformDep, user: CurrentUser) -> list[TeamOut]:
     return [_out(v) for v in svc.list_teams(p, user)]
 
@@ -87,7 +88,7 @@ def default_team(body: DefaultTeamIn, p: PlatformDep, user: CurrentUser) -> Defa
     return DefaultTeamOut(team=svc.set_default_team(p, user, body.team))
 
 
-@admin_router.get("", response_model=list[AdminTeamOut])
+@admin_router.get("", response_model=list[AdminTeamOut], **paged("name"))
 def admin_list(p: PlatformDep, _admin: AdminUser) -> list[AdminTeamOut]:
     return [
         AdminTeamOut(

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     CampaignIn,
     CampaignOut,
@@ -27,8 +28,10 @@ from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 
-router = APIRouter(prefix="/vouchers", tags=["vouchers"], responses=errors(401))
-admin_router = APIRouter(prefix="/admin/voucher-campaigns", tags=["admin"], responses=errors(401, 403))
+router = APIRouter(route_class=ListRoute, prefix="/vouchers", tags=["vouchers"], responses=errors(401))
+admin_router = APIRouter(
+    route_class=ListRoute, prefix="/admin/voucher-campaigns", tags=["admin"], responses=errors(401, 403)
+)
 
 
 def _percent(bp: int | None) -> str | None:
@@ -74,7 +77,7 @@ def _campaign(v: svc.CampaignView) -> CampaignOut:
     )
 
 
-@router.get("", response_model=list[VoucherOut], responses=errors(404))
+@router.get("", response_model=list[VoucherOut], **paged("id"), responses=errors(404))
 def list_vouchers(p: PlatformDep, user: CurrentUser, team: TeamQuery = None) -> list[VoucherOut]:
     """Your vouchers (or a team's), with what each has left and when it expires."""
     return [_voucher(v) for v in svc.vouchers_of(p, user, team)]
@@ -138,7 +141,7 @@ def _create(body: CampaignIn, p: Platform) -> svc.CampaignView:
     )
 
 
-@admin_router.get("", response_model=list[CampaignOut])
+@admin_router.get("", response_model=list[CampaignOut], **paged("name"))
 def list_campaigns(p: PlatformDep, _admin: AdminUser) -> list[CampaignOut]:
     return [_campaign(v) for v in svc.campaign_views(p)]
 

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import Strict, errors, limited
 from danlu.core.clock import iso
 from danlu.notify import webhooks as svc
 
-router = APIRouter(prefix="/webhooks", tags=["events"], responses=errors(401))
+router = APIRouter(route_class=ListRoute, prefix="/webhooks", tags=["events"], responses=errors(401))
 WebhookIdPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A webhook id (danlu webhooks)")]
 KIND = "^(" + "|".join(svc.KINDS) + ")$"
 Kind = Annotated[
@@ -75,7 +76,7 @@ def add(body: WebhookIn, p: PlatformDep, user: CurrentUser) -> WebhookOut:
     return WebhookOut.of(svc.add(p, user, body.url, list(body.kinds)))
 
 
-@router.get("", response_model=list[WebhookOut])
+@router.get("", response_model=list[WebhookOut], **paged("id"))
 def list_webhooks(p: PlatformDep, user: CurrentUser) -> list[WebhookOut]:
     return [WebhookOut.of(v) for v in svc.list_webhooks(p, user)]
 
