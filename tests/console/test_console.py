@@ -204,3 +204,12 @@ def test_every_console_message_has_a_simplified_chinese_translation() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "i18n.py"), "--check"], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "zh_CN: 0 untranslated" in out.stdout
+
+
+def test_fields_refused_before_the_handler_runs_answer_a_page_not_a_500(live: LiveServer) -> None:
+    c = _renter(live)
+    r = c.get("/offers", params={"gpu": "x" * 70})
+    assert r.status_code == 422 and "gpu" in r.text and "internal_error" not in r.text
+    r = c.post("/rent", data={"csrf": csrf_of(c, "/rent")}, headers={"referer": f"{live.url}/rent"})
+    assert (r.status_code, r.headers["location"]) == (303, "/rent")
+    assert "Field required" in " ".join(flash(c.get("/rent").text))

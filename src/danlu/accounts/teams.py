@@ -24,6 +24,9 @@ from danlu.db.models import Account, BillingAccount, Event, Instance, Team, Team
 ROLES = ("owner", "admin", "member", "viewer")
 SPENDERS = ("owner", "admin", "member")
 MANAGERS = ("owner", "admin")
+# An instance (or a job's run) in one of these still runs on its account: removing its renter from
+# the team leaves it running there.
+STILL_RUNNING = ("pending", "running", "stopping")
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def remove_member(p: Platform, user: User, name: str, who: str) -> tuple[TeamVie
                 select(Instance.id).where(
                     Instance.billing_account_id == team.billing_account_id,
                     Instance.user_id == target.user_id,
-                    Instance.status.in_(["pending", "running", "stopping"]),
+                    Instance.status.in_(STILL_RUNNING),
                 )
             )
         )
@@ -224,6 +227,39 @@ def remove_member(p: Platform, user: User, name: str, who: str) -> tuple[TeamVie
             member_user.default_team_id = None
         s.flush()
         return _view(s, team, me.role), running
+
+
+@dataclass(frozen=True)
+class RunningView:
+    instance_id: str
+    job_id: str | None  # a job's run (seen on the job's page), or None: an instance
+
+
+def running_by_member(p: Platform, user: User, name: str) -> dict[str, list[RunningView]]:
+    """What removing each member of ``name`` would leave running on the team's account (what
+    remove_member returns): their instances and jobs' runs, by member name. Any member may look,
+    as any member may see the team's instances."""
+    with p.db.read() as s:
+        team, _me = _team(s, user, name)
+        rows = s.execute(
+            select(User.name, Instance.id, Instance.job_id)
+            .join(User, User.id == Instance.user_id)
+            .join(TeamMember, (TeamMember.user_id == Instance.user_id) & (TeamMember.team_id == team.id))
+            .where(Instance.billing_account_id == team.billing_account_id, Instance.status.in_(STILL_RUNNING))
+            .order_by(Instance.created_at_ms, Instance.id)
+        ).all()
+    out: dict[str, list[RunningView]] = {}
+    for who, inst_id, job_id in rows:
+        out.setdefault(who, []).append(RunningView(inst_id, job_id))
+    return out
+
+
+def default_team(p: Platform, user: User) -> str | None:
+    """The team the caller's rentals and jobs are paid from when they name none (as resolve_payer
+    decides), or None: their personal account."""
+    with p.db.read() as s:
+        payer = resolve_payer(s, user, None, spend=True)
+        return s.scalars(select(Team.name).where(Team.billing_account_id == payer)).first()
 
 
 def set_default_team(p: Platform, user: User, name: str | None) -> str | None:

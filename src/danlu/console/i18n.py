@@ -2,7 +2,7 @@
 
 The catalogs ship as ``.po`` files in the package (``locale/LANG/LC_MESSAGES/messages.po``) and are
 compiled in memory on first use, so there is no build step and nothing to fetch. The console's
-templates and the CLI's human messages (danlu.cli.output.tr) share them. Money, dates and times are
+templates and the CLI's table headers (danlu.cli.output.tr) share them. Money, dates and times are
 formatted per locale with Babel (CLDR data that ships inside the babel package), in the deployment's
 time zone (``--timezone``).
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gettext
 import io
-import os
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -60,15 +59,6 @@ def negotiate(cookie: str | None, accept_language: str | None) -> str:
     found = Locale.negotiate([t for _, t in wanted], ["en", "zh_CN", "zh_Hans_CN", "zh"], sep="_")
     if found is not None and found.language == "zh":
         return "zh_CN"
-    return DEFAULT
-
-
-def cli_language() -> str:
-    """The CLI's language: ``DANLU_LANG``, else ``LC_ALL`` / ``LC_MESSAGES`` / ``LANG`` (zh_CN.UTF-8 …)."""
-    for var in ("DANLU_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
-        value = os.environ.get(var, "")
-        if value:
-            return "zh_CN" if value.lower().startswith("zh") else DEFAULT
     return DEFAULT
 
 

@@ -21,7 +21,6 @@ from danlu.api.routers import advice as advice_api
 from danlu.api.routers import instances as instances_api
 from danlu.api.routers import invoices as invoices_api
 from danlu.api.routers import jobs as jobs_api
-from danlu.api.routers import teams as teams_api
 from danlu.api.routers import vouchers as vouchers_api
 from danlu.api.schemas import BalanceOut, InstanceOut, LedgerLineOut, OfferOut, RentRequest
 from danlu.billing import service as billing
@@ -281,11 +280,6 @@ def _usage_chart(ctx: Page, lines: list[LedgerLineOut], currency: str) -> list[t
     days = [date.fromordinal(today.toordinal() - k).isoformat() for k in range(13, -1, -1)]
     tallest = max([per_day[d] for d in days] + [1])
     return [(d, format_minor(per_day[d], currency), 100 * per_day[d] // tallest) for d in days]
-
-
-@router.get("/teams")
-def teams(ctx: Page) -> Response:
-    return ctx.render("teams.html", teams=teams_api.list_teams(ctx.platform, ctx.me))
 
 
 # ---------------------------------------------------------------------------- account: tokens, password

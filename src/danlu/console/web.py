@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -234,6 +235,14 @@ class ConsoleRoute(APIRoute):
                         ctx._("This form has expired or did not come from this site. Reload the page and try again."),
                     ),
                 )
+            except RequestValidationError as e:
+                # A field FastAPI refused before the handler ran (missing, too long): a page, not a 500.
+                first = e.errors()[0] if e.errors() else {}
+                where = ".".join(str(x) for x in first.get("loc", ()) if x not in ("body", "query", "path"))
+                bad = InvalidInput("invalid_request", f"{where or 'request'}: {first.get('msg', 'invalid')}")
+                if request.method == "POST":
+                    return with_flash(back(_referrer_path(request)), "error", bad.message)
+                return _base(request).error_page(bad)
             except DanluError as e:
                 if request.method == "POST":
                     return with_flash(back(_referrer_path(request)), "error", e.message)

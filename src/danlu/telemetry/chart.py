@@ -1,10 +1,11 @@
 """An instance's usage chart as a self-contained SVG (``danlu show ID --chart FILE.svg``): GPU
-utilisation per GPU and the run's CPU over time, 0-100 %, with the time axis in the viewer's local time. Pure: it takes
-the JSON of ``GET /instances/{id}/metrics`` and returns the SVG text; no plotting library."""
+utilisation per GPU and the run's CPU over time, 0-100 %, with the time axis in the viewer's local
+time (or ``tz``: the console passes the deployment's zone). Pure: it takes the JSON of
+``GET /instances/{id}/metrics`` and returns the SVG text; no plotting library."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, tzinfo
 from html import escape
 from typing import Any
 
@@ -29,7 +30,7 @@ def _line(points: list[tuple[int, float]], x0: int, x1: int, colour: str, dash: 
     return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6"{extra} points="{coords}"/>'
 
 
-def render_svg(metrics: dict[str, Any], title: str = "") -> str:
+def render_svg(metrics: dict[str, Any], title: str = "", tz: tzinfo | None = None) -> str:
     """The chart of one instance's metrics (the API's JSON); an empty chart says there is no data."""
     x0, x1 = _ms(metrics["since"]), _ms(metrics["until"])
     series: list[tuple[str, str, list[tuple[int, float]], str]] = []
@@ -56,9 +57,10 @@ def render_svg(metrics: dict[str, Any], title: str = "") -> str:
     for k in range(5):
         t = x0 + (x1 - x0) * k // 4
         x = LEFT + plot_w * k / 4
-        stamp = datetime.fromtimestamp(t / 1000).astimezone().strftime("%m-%d %H:%M")
+        stamp = datetime.fromtimestamp(t / 1000).astimezone(tz).strftime("%m-%d %H:%M")
         out.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{stamp}</text>')
-    out.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{H - 10}" text-anchor="middle">time (local)</text>')
+    zone = "local" if tz is None else str(tz)
+    out.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{H - 10}" text-anchor="middle">time ({zone})</text>')
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
     drawn = 0
     for n, (label, colour, pts, dash) in enumerate(series):

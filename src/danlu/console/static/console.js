@@ -18,6 +18,7 @@
         if (only) set(scope, "reason", r.reason || "—");
       }
       el.setAttribute("data-updated", String(Date.now()));
+      el.setAttribute("data-updates", String(parseInt(el.getAttribute("data-updates") || "0", 10) + 1));
     };
     src.addEventListener("end", function () { src.close(); });
   }
