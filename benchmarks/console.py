@@ -69,6 +69,14 @@ def start_server(data: Path, instances: int) -> tuple[subprocess.Popen[bytes], s
     raise SystemExit("danlu server did not start")
 
 
+def teardown(url: str, data: Path) -> None:
+    """Remove every instance: a run outlives its server by design, so the benchmark ends them first."""
+    token = (data / "admin-token").read_text().strip()
+    admin = httpx.Client(base_url=f"{url}/api/v1", timeout=60, headers={"Authorization": f"Bearer {token}"})
+    for sandbox in admin.get("/admin/sandboxes").json():
+        admin.post(f"/admin/instances/{sandbox['instance_id']}/destroy", json={"reason": "benchmark finished"})
+
+
 def setup(url: str, data: Path, instances: int) -> None:
     admin = httpx.Client(base_url=f"{url}/api/v1", timeout=30,
                          headers={"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"})  # fmt: skip
@@ -166,6 +174,10 @@ def main() -> int:
     finally:
         if ref_server is not None:
             ref_server.kill()
+        try:
+            teardown(url, tmp / "data")
+        except (httpx.HTTPError, OSError) as e:
+            print(f"could not remove the benchmark's instances: {e}", file=sys.stderr)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(10)

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -68,7 +69,19 @@ STATEFUL_422 = {
 }
 
 
-def config(user_token: str, admin_token: str, examples: int) -> dict[str, Any]:
+def paged_lists(url: str) -> list[str]:
+    """The lists that page by cursor (danlu.api.paging marks them ``x-danlu-page``): a cursor is
+    opaque, so only one the list gave (``X-Next-Cursor``) is valid, which a schema cannot state."""
+    doc = httpx.get(url + "/openapi.json", timeout=30).json()
+    return sorted(
+        f"{method.upper()} {path}"
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if isinstance(op, dict) and "x-danlu-page" in op
+    )
+
+
+def config(user_token: str, admin_token: str, examples: int, paged: tuple[str, ...] = ()) -> dict[str, Any]:
     """The drill's schemathesis configuration (the dictionary form of schemathesis.toml)."""
     generation = {"max-examples": examples, "deterministic": False, "allow-x00": True}
     return {
@@ -96,7 +109,7 @@ def config(user_token: str, admin_token: str, examples: int) -> dict[str, Any]:
                     "include-name": name,
                     "checks": {"positive_data_acceptance": {"expected-statuses": [*ACCEPTED, "422"]}},
                 }
-                for name in STATEFUL_422
+                for name in [*STATEFUL_422, *paged]
             ),
         ],
         "request-timeout": 30,
@@ -108,7 +121,9 @@ def run_drill(url: str, user_token: str, admin_token: str, examples: int) -> tup
     import schemathesis
     from schemathesis.engine import Status, events, from_schema
 
-    cfg = schemathesis.Config.from_dict(config(user_token, admin_token, examples))
+    paged = paged_lists(url)
+    assert len(paged) >= 20, paged  # the marker is read: every list pages
+    cfg = schemathesis.Config.from_dict(config(user_token, admin_token, examples, tuple(paged)))
     schema = schemathesis.openapi.from_url(url + "/openapi.json", config=cfg)
     failures: dict[str, str] = {}
     counts: Counter[str] = Counter()

@@ -15,7 +15,7 @@ def test_the_listing_streams_its_changes_and_the_log_streams_as_it_grows(live: L
     iid = c.post("/instances", json={"gpu_model": "A100-80GB", "command": LOOP}).json()["id"]
     statuses: list[str] = []
     costs: list[str] = []
-    with c.stream("GET", "/instances/stream") as s:
+    with c.stream("GET", "/stream/instances") as s:
         assert s.headers["content-type"].startswith("text/event-stream")
         for line in s.iter_lines():
             if line.startswith("data:"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from danlu.accounts.service import get_user_by_name, hash_token, new_token
 from danlu.context import Platform
-from danlu.core.errors import InvalidInput, NotFound, Unauthorized
+from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from danlu.db.models import ApiToken, User, WebSession
 
 _HASHER = PasswordHasher()
@@ -36,12 +37,18 @@ SESSION_MS = 12 * 3600 * 1000  # a sign-in lasts 12 hours, then the console asks
 MAX_TOKENS = 50  # live named tokens per person
 
 
+# The API's schema states both rules as patterns (danlu.api.routers.credentials), so a request the
+# schema allows is one these accept.
+PASSWORD_RE = re.compile(r"^[^\x00-\x1f\x7f\s]([^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s])?$")
+TOKEN_NAME_RE = re.compile(r"^\s*[^\x00-\x1f\x7f\s][^\x00-\x1f\x7f]*$")
+
+
 def check_password_rules(password: str) -> None:
     if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
         raise InvalidInput(
             "invalid_password", f"a password is {MIN_PASSWORD} to {MAX_PASSWORD} characters; choose a longer one"
         )
-    if password.strip() != password or not password.isprintable():
+    if not PASSWORD_RE.fullmatch(password):
         raise InvalidInput("invalid_password", "a password has no leading or trailing spaces and no control characters")
 
 
@@ -140,14 +147,13 @@ def _info(t: ApiToken) -> TokenInfo:
 
 def create_api_token(p: Platform, user: User, name: str) -> tuple[TokenInfo, str]:
     """A new named token for ``user``; returns it and the token itself (shown once)."""
-    name = name.strip()
-    if not 1 <= len(name) <= 64 or not name.isprintable():
+    if not TOKEN_NAME_RE.fullmatch(name) or len(name.strip()) > 64:
         raise InvalidInput("invalid_token_name", "name the token in 1 to 64 printable characters, e.g. 'laptop'")
     token = new_token()
     with p.db.write() as s:
         live = s.scalars(select(ApiToken.id).where(ApiToken.user_id == user.id, ApiToken.revoked_at_ms.is_(None))).all()
         if len(live) >= MAX_TOKENS:
-            raise InvalidInput("too_many_tokens", f"you have {MAX_TOKENS} live tokens; revoke one you no longer use")
+            raise Conflict("too_many_tokens", f"you have {MAX_TOKENS} live tokens; revoke one you no longer use")
         row = ApiToken(
             user_id=user.id, name=name, token_hash=hash_token(token), hint=token[-4:], created_at_ms=p.clock.now_ms()
         )

@@ -45,6 +45,8 @@ API_PREFIX = "/api/v1"
 class HealthOut(BaseModel):
     status: str
     version: str
+
+
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 ASSETS_URL = "/docs-assets"
 
@@ -75,6 +77,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(telemetry_router.metrics_router)  # Prometheus scrapes /metrics
     app.include_router(webhooks_router.router, prefix=API_PREFIX)
     app.include_router(credentials_router.router, prefix=API_PREFIX)  # issue 12: passwords, named tokens
+    app.include_router(instances.stream_router, prefix=API_PREFIX)  # issue 12: server-sent events
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 

@@ -448,8 +448,9 @@ DAYS_PATTERN = rf"^({_DAY}(-{_DAY})?|daily|weekdays|weekends)$"
 HHMM = Annotated[
     str,
     Field(pattern=HHMM_PATTERN),
-    limited("invalid_schedule", "a time of day is HH:MM, 00:00 to 23:59 (e.g. 23:00), not {value}",
-            pattern=HHMM_PATTERN),
+    limited(
+        "invalid_schedule", "a time of day is HH:MM, 00:00 to 23:59 (e.g. 23:00), not {value}", pattern=HHMM_PATTERN
+    ),
 ]
 
 
@@ -460,8 +461,11 @@ class ScheduleIn(Strict):
         Annotated[
             str,
             Field(pattern=DAYS_PATTERN),
-            limited("invalid_schedule", "a day (mon … sun), a range (mon-fri), daily, weekdays or weekends, "
-                    "not {value}", pattern=DAYS_PATTERN),
+            limited(
+                "invalid_schedule",
+                "a day (mon … sun), a range (mon-fri), daily, weekdays or weekends, not {value}",
+                pattern=DAYS_PATTERN,
+            ),
         ]
     ] = Field(
         default_factory=lambda: ["daily"], min_length=1, max_length=7, description='e.g. ["mon-fri"] or ["sat", "sun"]'

@@ -88,6 +88,18 @@ R = TypeVar("R")
 _RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[object, Any]]] = weakref.WeakKeyDictionary()
 
 
+def rendered_offers(
+    p: Platform, gpu: str | None = None, min_vram: int | None = None, max_price: str | None = None, kind: str = ""
+) -> object | None:
+    """What :func:`render_offers` would answer from its memo without reading anything, else None
+    (the API serves a hit on the event loop and sends a miss to the thread pool)."""
+    memo = _RENDERED.get(p.db.engine.pool)
+    hit = memo.get((_key(p), gpu, min_vram, max_price, kind)) if memo is not None else None
+    if hit is not None and hit[0] is _OFFERS.peek(p.db.engine, _key(p)):
+        return cast(object, hit[1])
+    return None
+
+
 def render_offers(
     p: Platform,
     render: Callable[[list[Offer]], R],

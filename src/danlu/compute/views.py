@@ -474,6 +474,18 @@ _RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[tuple[object, ob
 )
 
 
+def rendered_listing(p: Platform, user: User, include_destroyed: bool, kind: str = "") -> object | None:
+    """What :func:`render_listing` would answer from its memo without reading anything, else None
+    (the API serves a hit on the event loop and sends a miss to the thread pool)."""
+    memo = _RENDERED.get(p.db.engine.pool)
+    hit = memo.get((user.id, include_destroyed, kind)) if memo is not None else None
+    if hit is None or not hit[1] <= p.clock.now_ms() < hit[2]:
+        return None
+    listed = _LISTINGS.peek(p.db.engine, (user.id, include_destroyed))
+    shared = _SHARED.peek(p.db.engine, "shared")
+    return hit[3] if listed is hit[0][0] and shared is hit[0][1] and listed is not None else None
+
+
 def render_listing(
     p: Platform, user: User, include_destroyed: bool, render: Callable[[list[InstanceView]], R], kind: str = ""
 ) -> R:

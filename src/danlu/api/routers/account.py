@@ -17,7 +17,7 @@ async def me(user: CurrentUser) -> UserOut:
 
 
 @router.get("/balance", response_model=BalanceOut, responses=errors(404))
-async def balance(p: PlatformDep, user: CurrentUser, team: TeamQuery = None) -> BalanceOut:
+def balance(p: PlatformDep, user: CurrentUser, team: TeamQuery = None) -> BalanceOut:
     return BalanceOut(**billing.balance(p, user, team).as_dict())
 
 

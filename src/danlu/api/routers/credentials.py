@@ -17,12 +17,21 @@ from danlu.core.errors import Unauthorized
 
 router = APIRouter(route_class=ListRoute, tags=["account"], responses=errors(401))
 
-Password = Annotated[str, Field(max_length=credentials.MAX_PASSWORD)]
+Password = Annotated[
+    str,
+    Field(
+        min_length=credentials.MIN_PASSWORD,
+        max_length=credentials.MAX_PASSWORD,
+        pattern=credentials.PASSWORD_RE.pattern,
+    ),
+]
 
 
 class PasswordIn(Strict):
     new: Password = Field(description=f"{credentials.MIN_PASSWORD} to {credentials.MAX_PASSWORD} characters")
-    current: Password | None = Field(None, description="your current password; not needed when you have none yet")
+    current: Annotated[str, Field(max_length=credentials.MAX_PASSWORD)] | None = Field(
+        None, description="your current password; not needed when you have none yet"
+    )
 
 
 class AdminPasswordIn(Strict):
@@ -30,7 +39,7 @@ class AdminPasswordIn(Strict):
 
 
 class ApiTokenIn(Strict):
-    name: Annotated[str, Field(min_length=1, max_length=64)]
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=credentials.TOKEN_NAME_RE.pattern)]
 
 
 class ApiTokenOut(BaseModel):
@@ -74,7 +83,7 @@ def list_tokens(p: PlatformDep, user: CurrentUser) -> list[ApiTokenOut]:
     return [ApiTokenOut.of(t) for t in credentials.list_api_tokens(p, user)]
 
 
-@router.post("/tokens", response_model=ApiTokenOut, status_code=201, responses=errors(400))
+@router.post("/tokens", response_model=ApiTokenOut, status_code=201, responses=errors(400, 409))
 def create_token(body: ApiTokenIn, p: PlatformDep, user: CurrentUser) -> ApiTokenOut:
     """A new named token that works like your first one (shown once, in this answer)."""
     info, token = credentials.create_api_token(p, user, body.name)

@@ -70,11 +70,14 @@ LISTING = TypeAdapter(list[InstanceOut])
 
 
 @router.get("", response_model=list[InstanceOut], **paged("created_at", "id"))
-async def list_instances(  # reads only: served on the event loop (see api/deps.py)
+async def list_instances(  # a memo hit on the event loop, a miss in the thread pool
     p: PlatformDep, user: CurrentUser, all: bool = False
 ) -> Response:
     """The JSON bytes are rendered again only when the listing would change (views.render_listing)."""
-    return Response(_listing_json(p, user, all), media_type="application/json")
+    body = views.rendered_listing(p, user, all, "json")
+    if body is None:
+        body = await run_in_threadpool(_listing_json, p, user, all)
+    return Response(body, media_type="application/json")
 
 
 def _listing_json(p: Platform, user: CurrentUser, include_destroyed: bool) -> bytes:
@@ -89,7 +92,11 @@ STREAM_DOC: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/stream", response_class=StreamingResponse, responses=STREAM_DOC)
+# Not /instances/stream: that path would also match /instances/{instance_id}'s other methods.
+stream_router = APIRouter(prefix="/stream", tags=["instances"], responses=errors(401))
+
+
+@stream_router.get("/instances", response_class=StreamingResponse, responses=STREAM_DOC)
 async def stream(p: PlatformDep, user: CurrentUser, request: Request) -> StreamingResponse:
     """Server-sent events: your instances (as ``GET /instances`` answers them, with live cost) when
     they change, checked every second; a comment every 15 s keeps the connection open. Reads run

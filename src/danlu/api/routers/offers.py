@@ -4,18 +4,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from pydantic import TypeAdapter
+from starlette.concurrency import run_in_threadpool
 
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import Amount, GpuModel, OfferOut, errors
-from danlu.compute.offers import render_offers
+from danlu.compute.offers import Offer, render_offers, rendered_offers
 
 router = APIRouter(route_class=ListRoute, tags=["offers"], responses=errors(401))
 OFFERS = TypeAdapter(list[OfferOut])
 
 
+def _json(offers: list[Offer]) -> bytes:
+    return OFFERS.dump_json([OfferOut.of(o) for o in offers])
+
+
 @router.get("/offers", response_model=list[OfferOut], **paged("gpu_model"))
-async def get_offers(  # reads only: served on the event loop (see api/deps.py)
+async def get_offers(  # a memo hit on the event loop, a miss in the thread pool
     p: PlatformDep,
     _user: CurrentUser,
     gpu: Annotated[GpuModel | None, Query()] = None,
@@ -23,5 +28,15 @@ async def get_offers(  # reads only: served on the event loop (see api/deps.py)
     max_price: Annotated[Amount | None, Query(description="maximum price per GPU-hour, e.g. 12.50")] = None,
 ) -> Response:
     """The JSON bytes are rendered again only when the offers were read again (offers.render_offers)."""
-    body = render_offers(p, lambda os: OFFERS.dump_json([OfferOut.of(o) for o in os]), gpu, min_vram, max_price, "json")
+    body = rendered_offers(p, gpu, min_vram, max_price, "json")
+    if body is None:
+        body = await run_in_threadpool(
+            render_offers,
+            p,
+            lambda os: OFFERS.dump_json([OfferOut.of(o) for o in os]),
+            gpu,
+            min_vram,
+            max_price,
+            "json",
+        )
     return Response(body, media_type="application/json")
