@@ -82,8 +82,17 @@ def test_rent_watch_cost_and_logs_stop_and_see_the_ledger_line(live: LiveServer)
     c = _renter(live)
     csrf = csrf_of(c, "/rent")
     # A100 at 36.00/h is 0.01 a second: a few seconds make a ledger line (a T4's would round to 0).
-    r = c.post("/rent", data={"csrf": csrf, "gpu_model": "A100-80GB", "gpu_count": "1", "plan": "on-demand",
-                              "image": "host", "command": " ".join(LOOP[:2]) + " '" + LOOP[2] + "'"})
+    r = c.post(
+        "/rent",
+        data={
+            "csrf": csrf,
+            "gpu_model": "A100-80GB",
+            "gpu_count": "1",
+            "plan": "on-demand",
+            "image": "host",
+            "command": " ".join(LOOP[:2]) + " '" + LOOP[2] + "'",
+        },
+    )
     assert r.status_code == 303, r.text
     iid = r.headers["location"].rsplit("/", 1)[1]
     page = c.get(f"/instances/{iid}")
@@ -124,8 +133,14 @@ def test_another_tenants_pages_answer_404_and_the_operators_too(live: LiveServer
     r = alice.post("/rent", data={"csrf": csrf_of(alice, "/rent"), "gpu_model": "T4", "command": "sleep 60"})
     iid = r.headers["location"].rsplit("/", 1)[1]
     bob = _renter(live, "bob", "bob-password-12")
-    for path in [f"/instances/{iid}", f"/live/instances/{iid}/logs", "/operator/users", "/operator/gpus",
-                 "/instances/i-0000000000", "/jobs/j-0000000000"]:
+    for path in [
+        f"/instances/{iid}",
+        f"/live/instances/{iid}/logs",
+        "/operator/users",
+        "/operator/gpus",
+        "/instances/i-0000000000",
+        "/jobs/j-0000000000",
+    ]:
         assert bob.get(path).status_code == 404, path
     r = bob.post(f"/instances/{iid}/stop", data={"csrf": csrf_of(bob)}, headers={"referer": f"{live.url}/instances"})
     assert r.headers["location"] == "/instances"
@@ -213,3 +228,22 @@ def test_fields_refused_before_the_handler_runs_answer_a_page_not_a_500(live: Li
     r = c.post("/rent", data={"csrf": csrf_of(c, "/rent")}, headers={"referer": f"{live.url}/rent"})
     assert (r.status_code, r.headers["location"]) == (303, "/rent")
     assert "Field required" in " ".join(flash(c.get("/rent").text))
+
+
+def test_the_instance_page_explains_its_cost_like_danlu_cost_and_top_shows_live_use(live: LiveServer) -> None:
+    c = _renter(live)
+    r = c.post("/rent", data={"csrf": csrf_of(c, "/rent"), "gpu_model": "A100-80GB", "command": "sleep 60"})
+    iid = r.headers["location"].rsplit("/", 1)[1]
+    api = live.client(
+        c.post("/account/tokens", data={"csrf": csrf_of(c), "name": "t"}).text.split('id="new-token">')[1].split("<")[0]
+    )
+    wait_for(lambda: api.get(f"/instances/{iid}/cost").json()["lines"], timeout=30)
+    assert iid in c.get("/top").text  # running: it is on the live-use page
+    c.post(f"/instances/{iid}/stop", data={"csrf": csrf_of(c)})
+    wait_for(lambda: api.get(f"/instances/{iid}").json()["status"] == "stopped")
+    cost = api.get(f"/instances/{iid}/cost").json()
+    page = c.get(f"/instances/{iid}").text
+    assert page.count('<span class="tag">not yet posted</span>') <= len(cost["lines"]) >= 1
+    total = re.search(r'id="cost-total">([^<]+)<', page)
+    assert total is not None and total.group(1) == "CN¥" + cost["cost"], (total, cost)
+    assert iid not in c.get("/top").text  # stopped: no longer there

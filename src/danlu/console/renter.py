@@ -21,6 +21,7 @@ from danlu.api.routers import advice as advice_api
 from danlu.api.routers import instances as instances_api
 from danlu.api.routers import invoices as invoices_api
 from danlu.api.routers import jobs as jobs_api
+from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import vouchers as vouchers_api
 from danlu.api.schemas import BalanceOut, InstanceOut, LedgerLineOut, OfferOut, RentRequest
 from danlu.billing import service as billing
@@ -193,7 +194,14 @@ def instances(ctx: Page) -> Response:
 def instance(ctx: Page, instance_id: str) -> Response:
     out = instances_api.show(_checked_id(instance_id), ctx.platform, ctx.me)
     events = instances_api.events(out.id, ctx.platform, ctx.me)
-    return ctx.render("instance.html", i=out, events=events)
+    cost = invoices_api.instance_cost(ctx.platform, ctx.me, out.id)  # `danlu cost ID`: line by line
+    return ctx.render("instance.html", i=out, events=events, cost=cost)
+
+
+@router.get("/top")
+def top(ctx: Page) -> Response:
+    """`danlu top`: each running instance's newest GPU, CPU, memory and power sample and its cost."""
+    return ctx.render("top.html", rows=telemetry_api.top(ctx.platform, ctx.me))
 
 
 def _checked_id(instance_id: str) -> str:
