@@ -59,6 +59,8 @@ FAKE_IDS = {
 }
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
 SAMPLE_FIELDS: dict[str, Any] = {
+    "password": "intruder-password-1",
+    "new": "intruder-password-1",
     "command": ["sh", "-c", "echo intruder; sleep 600"],
     "gpu_model": "T4",
     "gpu_count": 1,
