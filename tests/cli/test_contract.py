@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import WORKER_UIDS, free_port, sandbox_folder, wait_for, worker_uid_first
+from tests.conftest import WORKER_UIDS, end_runs, free_port, sandbox_folder, wait_for, worker_uid_first
 
 DANLU = [sys.executable, "-m", "danlu.cli.main"]
 
@@ -92,6 +92,25 @@ def run_server(db_url: str, tmp_path: Path, *extra: str) -> Iterator[tuple[str, 
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+        end_server_runs(db_url, data)
+
+
+def end_server_runs(db_url: str, data: Path) -> None:
+    """A server's runs outlive it by design; a test's must not (a failed test left a busy loop
+    spinning through the rest of a CI run once): kill every run its database still has."""
+    from danlu.compute.sandbox.probe import make_local_backend
+    from danlu.context import Platform, Settings
+    from danlu.core.clock import SystemClock
+    from danlu.db.engine import open_database
+
+    db = open_database(db_url)
+    try:
+        backend, sandbox = make_local_backend(data)
+        end_runs(
+            Platform(db=db, clock=SystemClock(), backend=backend, settings=Settings(data_dir=data), sandbox=sandbox)
+        )
+    finally:
+        db.engine.dispose()
 
 
 def test_acceptance_contract(server: tuple[str, Path]) -> None:
