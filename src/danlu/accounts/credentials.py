@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from argon2 import PasswordHasher
@@ -28,9 +29,16 @@ from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from danlu.db.models import ApiToken, User, WebSession
 
 _HASHER = PasswordHasher()
-# Verifying against this when the user does not exist (or has no password) costs the same as a real
-# check, so the answer's timing does not tell which user names exist.
-_DUMMY_HASH = _HASHER.hash("danlu: no such user")
+
+
+@cache
+def _dummy_hash() -> str:
+    """Verifying against this when the user does not exist (or has no password) costs the same as a
+    real check, so the answer's timing does not tell which user names exist. Made on the first
+    sign-in, not at import (an argon2 hash is ~0.2 s of CPU every server start would pay)."""
+    return _HASHER.hash("danlu: no such user")
+
+
 MIN_PASSWORD = 10
 MAX_PASSWORD = 256
 SESSION_MS = 12 * 3600 * 1000  # a sign-in lasts 12 hours, then the console asks again
@@ -69,7 +77,7 @@ def check_password(p: Platform, name: str, password: str) -> int:
         row = s.execute(select(User.id, User.password_hash).where(User.name == name[:64])).first()
     stored = row.password_hash if row is not None and row.password_hash else None
     try:
-        ok = _HASHER.verify(stored or _DUMMY_HASH, password[:MAX_PASSWORD]) and stored is not None
+        ok = _HASHER.verify(stored or _dummy_hash(), password[:MAX_PASSWORD]) and stored is not None
     except (VerifyMismatchError, VerificationError, InvalidHashError):
         ok = False
     if not ok or row is None:

@@ -109,3 +109,9 @@ class Formatter:
         h, rest = divmod(max(seconds, 0), 3600)
         m, s = divmod(rest, 60)
         return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+@cache
+def formatter(lang: str, timezone: str) -> Formatter:
+    """One shared (read-only) Formatter per language and zone, not one per request."""
+    return Formatter(lang, timezone)

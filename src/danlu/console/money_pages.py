@@ -46,7 +46,7 @@ from danlu.compute.offers import list_offers
 from danlu.console.web import ConsoleRoute, Ctx, OperatorPage, OperatorPost, Page, Post, back, validated, with_flash
 from danlu.console.words import N_
 from danlu.core.errors import Conflict, DanluError, InvalidInput, NotFound
-from danlu.core.money import format_minor
+from danlu.core.money import format_minor, parse_amount
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -67,7 +67,18 @@ def budgets(ctx: Page) -> Response:
     rows = budgets_api.list_budgets(ctx.platform, ctx.me, None)
     account = next((b for b in rows if b.scope == "account"), None)
     mine = [i for i in _instances(ctx) if i.status != "destroyed"]
-    return ctx.render("money_budgets.html", budgets=rows, account=account, instances=mine)
+    used = {b.id: _percent_used(b.spent, b.hard or b.soft, b.currency) for b in rows}
+    return ctx.render("money_budgets.html", budgets=rows, account=account, instances=mine, used=used)
+
+
+def _percent_used(spent: str, cap: str | None, currency: str) -> int | None:
+    """Spent as a whole percent of the cap, rounded half up, in minor units (no float on money)."""
+    if not cap:
+        return None
+    cap_minor = parse_amount(cap, currency)
+    if cap_minor <= 0:
+        return None
+    return (200 * parse_amount(spent, currency) + cap_minor) // (2 * cap_minor)
 
 
 def _instances(ctx: Ctx) -> list[InstanceOut]:

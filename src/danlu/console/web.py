@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from danlu import __version__
 from danlu.accounts.credentials import WebSessionInfo, csrf_ok, session_user
-from danlu.console.i18n import LANGUAGES, Formatter, negotiate
+from danlu.console.i18n import LANGUAGES, Formatter, formatter, negotiate
 from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.db.models import User
@@ -113,7 +113,7 @@ def _lang_of(request: Request) -> str:
 def _base(request: Request) -> Ctx:
     p: Platform = request.app.state.platform
     lang = _lang_of(request)
-    return Ctx(request, p, lang, Formatter(lang, p.settings.timezone), flash=_read_flash(request))
+    return Ctx(request, p, lang, formatter(lang, p.settings.timezone), flash=_read_flash(request))
 
 
 def _signed_in(request: Request) -> Ctx:
