@@ -47,6 +47,8 @@ def views(draw: st.DrawFn) -> ClusterView:
                     durations_ms=draw(
                         st.one_of(st.just({}), st.fixed_dictionaries({m: st.integers(1, 10**8) for m in MODELS}))
                     ),
+                    attained_ms=draw(st.sampled_from([0, 10**7, 10**9])),
+                    checkpoints=draw(st.booleans()),
                 )
             )
         hosts.append(Host(f"h{h}", model, total, total - used))
@@ -65,6 +67,7 @@ def views(draw: st.DrawFn) -> ClusterView:
                 max_price_minor=draw(st.sampled_from([None, 100, 200, 1000])),
                 deadline_ms=draw(st.sampled_from([None, NOW + 10**8, NOW + 10**9])),
                 seq=j,
+                attained_ms=draw(st.sampled_from([0, 0, 10**9])),
             )
         )
     tariffs = (NIGHT,) if draw(st.booleans()) else ()
@@ -120,7 +123,15 @@ def test_round_never_breaks_an_invariant(view: ClusterView, policy: str) -> None
                 left = sum(free[h.id] for h in view.hosts if h.gpu_model == d.migrate_to)
                 assert moving[d.migrate_to] <= left, "migrations never over-allocate a type"
             else:
-                assert victim.interruptible or victim.priority < jobs[d.for_job_id].priority
+                job = jobs[d.for_job_id]
+                demoted = (  # demotion by attained service (danlu, danlu-cost): see test_demotion.py
+                    POLICIES[policy].demote_after_ms is not None
+                    and victim.checkpoints
+                    and victim.priority == job.priority
+                    and victim.attained_ms >= (POLICIES[policy].demote_after_ms or 0) > job.attained_ms
+                    and view.now_ms - victim.start_ms >= POLICIES[policy].min_slice_ms
+                )
+                assert victim.interruptible or victim.priority < job.priority or demoted
             decided.append(d.job_id)
         else:
             assert isinstance(d, Defer) and d.job_id in jobs

@@ -155,3 +155,43 @@ def test_a_run_lost_with_its_node_is_retried_then_given_up(platform: Platform) -
         assert view.status == expected, view.status_reason
     assert "giving up" in jobs.show(p, user, job.id).status_reason
     assert schedule_round(p).started == []
+
+
+def test_live_demotion_by_attained_service_resumes_from_the_checkpoint(
+    jobs_live: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live round demotes like the simulator (issue 11, item 3): a long job that has
+    checkpointed and had its share is stopped with notice for a short job of equal priority, then
+    resumes. The line and the slice are shrunk from 8 GPU-hours and 1 h to fit a test."""
+    from dataclasses import replace
+
+    from danlu.scheduling import policies
+
+    monkeypatch.setitem(
+        policies.POLICIES, "danlu", replace(policies.POLICIES["danlu"], demote_after_ms=1_000, min_slice_ms=1_000)
+    )
+    with jobs_live.new_user("dee") as c:
+        # est. 2 h: the short job would wait far longer than its own 5 s without demotion
+        r = c.post("/jobs", json={"command": ["sh", "-c", RESUMABLE], "gpus": 2, "est_duration_s": 7200})
+        assert r.status_code == 201, r.text
+        long_job = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{long_job}").json()["status"] == "running")
+        wait_for(lambda: "resumes at step 0" in c.get(f"/jobs/{long_job}/logs").json()["text"])
+        wait_for(
+            lambda: (
+                int((jobs_live.platform.sandbox_root / "jobs" / long_job / "checkpoints" / "step").read_text() or 0)
+                >= 3
+            )
+        )
+        r = c.post("/jobs", json={"command": ["sh", "-c", "echo short ran"], "gpus": 2, "est_duration_s": 5})
+        short = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{short}").json()["status"] == "succeeded")
+        wait_for(lambda: c.get(f"/jobs/{long_job}").json()["status"] == "succeeded")
+        view = c.get(f"/jobs/{long_job}").json()
+        assert view["preemptions"] == 1 and view["attempts"] == 2
+        events = c.get(f"/jobs/{long_job}/events").json()
+        assert [e["to_status"] for e in events] == ["queued", "running", "stopping", "queued", "running", "succeeded"]
+        assert any("demoted with notice" in e["reason"] for e in events if e["to_status"] == "stopping")
+        log = c.get(f"/jobs/{long_job}/logs").json()["text"]
+        resumed = [line for line in log.splitlines() if line.startswith("attempt 2 resumes at step")]
+        assert resumed and int(resumed[0].split()[5]) >= 3

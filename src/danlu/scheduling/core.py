@@ -43,8 +43,8 @@ from danlu.scheduling.fairshare import within_quota
 from danlu.scheduling.las import schedule_las
 from danlu.scheduling.model import Allocation, ClusterView, Decision, Defer, JobRequest, Preempt, Start
 from danlu.scheduling.placement import FreeIndex
-from danlu.scheduling.policies import Batch, Policy, any_type_index, order_keys
-from danlu.scheduling.preemption import Preemptor
+from danlu.scheduling.policies import Batch, Policy, any_type_index, min_duration, order_keys
+from danlu.scheduling.preemption import Preemptor, demotion_for
 
 Option = tuple[int, int, str, str]  # (start_ms, finish_ms, model, host)
 
@@ -54,7 +54,10 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
         return schedule_las(view)
     index = FreeIndex(view.hosts)
     timeline = Timeline(view.now_ms, index, view.running)
-    preemptor = Preemptor(view) if policy.preempt else None
+    keys, closed = order_keys(view, policy)  # closed: the queue as a closed batch, if it looks like one
+    # no demotion in a closed batch of several jobs: longest-first is what ends the batch early there
+    demotion = demotion_for(view, policy) if closed is None or len(view.queue) == 1 else None
+    preemptor = Preemptor(view, demotion) if policy.preempt else None
     in_use: Counter[str] = Counter()
     for alloc in view.running:
         in_use[alloc.user] += alloc.gpus
@@ -64,7 +67,6 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
     free_left = sum(index.free.values())
     allowed = _AllowedModels(view, index.models)
     quotas = view.quotas_gpus
-    keys, closed = order_keys(view, policy)  # closed: the queue as a closed batch, if it looks like one
     batch = closed if policy.choice == "balanced" else None
     for job in _in_order(view.queue, keys):
         can_reserve = policy.backfill and blocked < policy.reservation_depth
@@ -336,18 +338,14 @@ def _preempt(
         return False  # it will start about as soon without hurting anyone
     if any(timeline.startable_now(m, job.gpus, job.durations_ms[m]) for m in models):
         return False  # capacity exists now (on a type it likes less): never preempt for a preference
-    plan = preemptor.plan(job, models, index)
+    # demotion only when waiting would more than double the job's time (Tiresias demotes blindly)
+    demote = preemptor.may_demote_for(job) and (option is None or option[0] - view.now_ms > min_duration(job))
+    plan = preemptor.plan(job, models, index, demote=demote)
     if plan is None:
         return False
     for victim in plan.victims:
         decisions.append(
-            Preempt(
-                victim.job_id,
-                victim.host_id,
-                deadline,
-                job.id,
-                f"preempted with notice for {_why(victim.priority, job.priority)} job {job.id}",
-            )
+            Preempt(victim.job_id, victim.host_id, deadline, job.id, _preempt_reason(victim, job, view.now_ms))
         )
     duration = job.durations_ms[plan.gpu_model]
     timeline.reserve(plan.host_id, plan.ready_ms, plan.ready_ms + duration, job.gpus)
@@ -361,5 +359,13 @@ def _start_reason(policy: Policy, blocked: int) -> str:
     return f"placed by {policy.name}"
 
 
-def _why(victim_priority: int, job_priority: int) -> str:
-    return "higher-priority" if victim_priority < job_priority else "on-demand"
+def _preempt_reason(victim: Allocation, job: JobRequest, now: int) -> str:
+    if victim.priority < job.priority:
+        return f"preempted with notice for higher-priority job {job.id}"
+    if victim.interruptible and not job.interruptible:
+        return f"preempted with notice for on-demand job {job.id}"
+    hours = victim.attained_ms / 3_600_000
+    return (
+        f"demoted with notice after {hours:.1f} GPU-hours of service for job {job.id}, which has had less; "
+        "it resumes from its checkpoint"
+    )

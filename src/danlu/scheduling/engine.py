@@ -161,8 +161,12 @@ class Engine:
 
     def _round(self, now: int, queue: tuple[JobRequest, ...]) -> None:
         running = tuple(self.running.values())
-        if self.policy.order == "las":
-            queue = tuple(replace(r, attained_ms=self._attained(r.id, now)) for r in queue)
+        if self.policy.order == "las" or self.policy.demote_after_ms is not None:
+            # only jobs that ran before have attained service (a fresh one has 0: no copy needed)
+            queue = tuple(
+                replace(r, attained_ms=self._attained(r.id, now)) if self.jobs[r.id].remaining < 1.0 else r
+                for r in queue
+            )
             running = tuple(replace(a, attained_ms=self._attained(a.job_id, now)) for a in running)
         view = ClusterView(
             now_ms=now,
@@ -189,7 +193,7 @@ class Engine:
                 self._deferred[decision.job_id] = decision.until_ms
 
     def _attained(self, job_id: str, now: int) -> int:
-        """GPU-ms of progress so far, at the speed of the job's fastest type (for ``las``)."""
+        """GPU-ms of progress so far, at the speed of the job's fastest type (``las``, demotion)."""
         state = self.jobs[job_id]
         durations = state.request.durations_ms
         fastest = min((d for d in durations.values() if d > 0), default=0)
@@ -218,6 +222,7 @@ class Engine:
             d.est_end_ms,
             req.priority,
             req.interruptible,
+            checkpoints=True,  # a simulated job checkpoints within its notice (simulator.py)
             # a job moved MAX_MIGRATIONS times stays where it is: no duration table, no further move
             durations_ms=self._usable_durations(queued) if state.migrations < MAX_MIGRATIONS else {},
         )

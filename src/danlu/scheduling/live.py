@@ -93,18 +93,20 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
             if not allowed:
                 continue
             est = (job.est_duration_s or 0) * 1000 or default_ms
+            durations = durations_from_reference(est, allowed[0], allowed)
             queue.append(
                 JobRequest(
                     id=job.id,
                     user=str(job.user_id),
                     gpus=job.gpus,
                     submit_ms=job.submit_ms,
-                    durations_ms=durations_from_reference(est, allowed[0], allowed),
+                    durations_ms=durations,
                     priority=job.priority,
                     interruptible=job.interruptible,
                     max_price_minor=job.max_price_minor,
                     deadline_ms=job.deadline_ms,
                     seq=job.seq,
+                    attained_ms=_attained(s, job, durations, now) if job.attempts else 0,
                 )
             )
         running = []
@@ -115,6 +117,7 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
             .where(Job.status.in_([jobsvc.RUNNING, jobsvc.STOPPING]))
         ).all():
             est = (job.est_duration_s or 0) * 1000 or default_ms
+            allowed = [t for t in job.gpu_types.split(",") if t] or [inst.gpu_model]
             running.append(
                 Allocation(
                     job_id=job.id,
@@ -127,6 +130,8 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
                     priority=job.priority,
                     interruptible=job.interruptible,
                     stopping_at_ms=job.notice_deadline_ms,
+                    attained_ms=_attained(s, job, durations_from_reference(est, allowed[0], allowed), now),
+                    checkpoints=_has_checkpoint(p, job.id),
                 )
             )
         rentals = _interruptible_rentals(s, now, default_ms)
@@ -143,6 +148,31 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
         usage=usage,
     )
     return view, ids, frozenset(r.job_id for r in rentals)
+
+
+def _attained(s: Session, job: Job, durations: dict[str, int], now: int) -> int:
+    """The job's service so far, as the simulator counts it: GPU-ms of its runs, each weighed by its
+    GPU model's speed relative to the job's fastest (an hour on a slow type counts for less)."""
+    fastest = min(durations.values(), default=0)
+    total = 0.0
+    for model, gpus, start, end in s.execute(
+        select(Instance.gpu_model, AllocationRow.gpu_count, AllocationRow.started_at_ms, AllocationRow.ended_at_ms)
+        .join(AllocationRow, AllocationRow.instance_id == Instance.id)
+        .where(Instance.job_id == job.id)
+    ).all():
+        there = durations.get(model) or fastest
+        if there > 0:
+            total += gpus * max(0, (end if end is not None else now) - start) * fastest / there
+    return round(total)
+
+
+def _has_checkpoint(p: Platform, job_id: str) -> bool:
+    """Whether the job has written anything to its checkpoint directory: only then may it be demoted
+    for a job with less service (a job that never checkpoints would lose its work)."""
+    try:
+        return any((jobsvc.job_dir(p, job_id) / "checkpoints").iterdir())
+    except OSError:  # no such directory yet, or not ours to read: assume it does not checkpoint
+        return False
 
 
 def _interruptible_rentals(s: Session, now: int, default_ms: int) -> list[Allocation]:

@@ -44,7 +44,8 @@ class JobRequest:
     deadline_ms: int | None = None
     seq: int = 0  # arrival order tie-breaker
     estimated: bool = False  # its durations are an explicit estimate (no measured throughput for it)
-    # service attained so far: GPU-ms of progress at its fastest type's speed (filled for ``las`` only)
+    # service attained so far: GPU-ms of progress at its fastest type's speed (filled for ``las`` and
+    # for policies that demote by attained service)
     attained_ms: int = 0
 
     def runnable_on(self, gpu_model: str) -> bool:
@@ -73,7 +74,10 @@ class Allocation:
     # whole-job run time per GPU model the job may use, measured from the progress it had at
     # ``start_ms`` (as in its JobRequest then); lets the core weigh a migration. Empty = unknown.
     durations_ms: Mapping[str, int] = field(default_factory=dict, compare=False)
-    attained_ms: int = 0  # as JobRequest.attained_ms, up to the round's now (``las`` only)
+    attained_ms: int = 0  # as JobRequest.attained_ms, up to the round's now (``las`` and demotion)
+    # the job resumes from its checkpoint when stopped (a simulated job always does; a live job once
+    # it has written one): only such work may be demoted for a job with less attained service
+    checkpoints: bool = False
 
     def remaining_ms_on(self, gpu_model: str, at_ms: int) -> int | None:
         """Estimated run time left at ``at_ms`` if the job continued on ``gpu_model`` instead."""

@@ -8,7 +8,9 @@
 * ``danlu``: priority, then deadline urgency, then fair-share-weighted shortest GPU-time first
   with aging (longest first while the queue looks like a closed batch, see :func:`batch_horizon`);
   GPU type by earliest estimated finish, the cheapest within a small slack;
-  backfill; preemption of interruptible / lower-priority work with notice; off-peak deferral
+  backfill; preemption of interruptible / lower-priority work with notice; demotion by attained
+  service (a long job that checkpoints makes way, with notice, for a short one: ``demote_after_ms``);
+  off-peak deferral
   only for jobs whose deadline still holds; migration of running jobs to a faster free type when
   it finishes them sooner by more than the restart overhead (and so a job may start on a slower
   free type rather than wait for a faster one).
@@ -63,17 +65,44 @@ class Policy:
     # window, is taken only if the job still ends within this factor x its fastest plan's time from
     # now (and by its deadline, if it has one)
     cost_delay_factor: float = 1.5
+    # demotion by attained service (Tiresias' two queues, issue 11 item 3): a running job that
+    # checkpoints, has attained at least ``demote_after_ms`` GPU-ms of service (at its fastest
+    # type's speed) and has run ``min_slice_ms`` since it (re)started may be stopped with notice,
+    # like a preemption, for an equal-priority job below that line that would otherwise wait longer
+    # than its own run time and needs less GPU time than the running job has left. None: never.
+    demote_after_ms: int | None = None
+    min_slice_ms: int = 3_600_000
 
+
+DEMOTE_AFTER_MS = 8 * 3_600_000  # 8 GPU-hours of attained service (about 2x the median job)
 
 POLICIES: dict[str, Policy] = {
     "fifo": Policy("fifo", "fifo", "any", backfill=False, preempt=False, defer="never", round_ms=360_000),
     "backfill": Policy("backfill", "priority", "any", backfill=True, preempt=False, defer="never"),
-    "danlu": Policy("danlu", "danlu", "balanced", backfill=True, preempt=True, defer="deadline", migrate=True),
-    "danlu-cost": Policy("danlu-cost", "danlu", "cheapest", backfill=True, preempt=True, defer="always"),
+    "danlu": Policy(
+        "danlu",
+        "danlu",
+        "balanced",
+        backfill=True,
+        preempt=True,
+        defer="deadline",
+        migrate=True,
+        demote_after_ms=DEMOTE_AFTER_MS,
+    ),
+    "danlu-cost": Policy(
+        "danlu-cost",
+        "danlu",
+        "cheapest",
+        backfill=True,
+        preempt=True,
+        defer="always",
+        demote_after_ms=DEMOTE_AFTER_MS,
+    ),
 }
 
 
-# Baselines for the simulator only (the live server has no attained-service bookkeeping):
+# Baselines for the simulator only (a rental platform does not stop every job every 6 minutes;
+# danlu's demotion by attained service is the live form of it):
 # * ``las``: heterogeneity-aware least attained service with Gavel's 360 s time slices (las.py).
 SIM_POLICIES: dict[str, Policy] = {
     "las": Policy("las", "las", "balanced", backfill=False, preempt=True, defer="never", round_ms=360_000, notice_ms=0),
