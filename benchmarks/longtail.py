@@ -42,16 +42,20 @@ def lower_bound_minor(sim: SimSetup, requests: list[Any]) -> int:
     return total
 
 
-RUNS = [(p, p, False) for p in POLICIES] + [("danlu-cost+tariff", "danlu-cost", True)]
+# (label, policy, off-peak tariff, gangs may span hosts of one type)
+RUNS = [(p, p, False, False) for p in POLICIES] + [
+    ("danlu-cost+tariff", "danlu-cost", True, False),
+    ("danlu+spread", "danlu", False, True),
+]
 
 
 def run(seed: int, jobs: int, days: float) -> dict[str, dict[str, Any]]:
     trace = longtail.generate(seed, n=jobs, days=days)
     gpu_h = sorted(t.duration_s * t.gpus / 3600 for t in trace)
     out: dict[str, dict[str, Any]] = {}
-    for label, policy, off_peak in RUNS:
+    for label, policy, off_peak, spread in RUNS:
         sim = longtail.sim_setup(off_peak)
-        requests = to_requests(sim, trace)
+        requests = to_requests(sim, trace, spread=spread)
         bound = lower_bound_minor(longtail.sim_setup(), requests)  # on-demand, no tariff
         began = time.process_time()
         engine = simulate(sim, requests, policy, seed=seed)
@@ -92,7 +96,7 @@ def main() -> int:
     metrics = ("avg_jct_h", "p95_queue_delay_h", "migrations_per_job", "max_migrations", "preemptions",
                "unfinished", "cost_vs_bound", "starts_at_midnight")  # fmt: skip
     table: dict[str, dict[str, tuple[float, float, float]]] = {}
-    for policy, _, _ in RUNS:
+    for policy, *_ in RUNS:
         table[policy] = {}
         for m in metrics:
             xs = [float(runs[s][policy][m] or 0) for s in seeds]
@@ -121,7 +125,7 @@ def main() -> int:
     )
     dashes = "|----------|----------|---------|------------|------------|-------------|--------------|"
     print(f"|{'-' * 19}|{'-' * 22}|{'-' * 22}{dashes}")
-    for policy, _, _ in RUNS:
+    for policy, *_ in RUNS:
         t = table[policy]
         cells = [f"{t[m][0]:.2f} [{t[m][1]:.2f}–{t[m][2]:.2f}]" for m in ("avg_jct_h", "p95_queue_delay_h")]
         rest = (

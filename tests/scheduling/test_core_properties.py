@@ -68,6 +68,7 @@ def views(draw: st.DrawFn) -> ClusterView:
                 deadline_ms=draw(st.sampled_from([None, NOW + 10**8, NOW + 10**9])),
                 seq=j,
                 attained_ms=draw(st.sampled_from([0, 0, 10**9])),
+                spread_ok=draw(st.booleans()),
             )
         )
     tariffs = (NIGHT,) if draw(st.booleans()) else ()
@@ -100,10 +101,14 @@ def test_round_never_breaks_an_invariant(view: ClusterView, policy: str) -> None
     for d in decisions:
         if isinstance(d, Start):
             job = jobs[d.job_id]
-            assert d.gpus == job.gpus, "a gang starts whole or not at all"
-            assert free[d.host_id] >= d.gpus, "never over-allocate a GPU"
-            free[d.host_id] -= d.gpus
-            assert model[d.host_id] == d.gpu_model and job.runnable_on(d.gpu_model)
+            assert d.gpus == job.gpus == sum(n for _, n in d.placed), "a gang starts whole or not at all"
+            assert not d.parts or (job.spread_ok and len(d.parts) > 1), "spread only when the job allows it"
+            assert d.placed[0][0] == d.host_id and len({h for h, _ in d.placed}) == len(d.placed)
+            for host_id, n in d.placed:
+                assert n > 0 and free[host_id] >= n, "never over-allocate a GPU"
+                free[host_id] -= n
+                assert model[host_id] == d.gpu_model, "a spread gang stays on one GPU model"
+            assert job.runnable_on(d.gpu_model)
             quota = view.quotas_gpus.get(job.user)
             in_use[job.user] += d.gpus
             assert quota is None or in_use[job.user] <= quota, "never violate a quota"

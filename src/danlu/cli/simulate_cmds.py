@@ -85,11 +85,14 @@ def run_simulation(
     restart_overhead_s: int = 30,
     seed: int = 0,
     estimate_missing: bool = False,
+    spread: bool = False,
     status: StatusLine | None = None,
 ) -> list[dict[str, Any]]:
     prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
     setup = SimSetup(scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1])
-    requests = to_requests(setup, read_trace(trace), interruptible=interruptible, estimate_missing=estimate_missing)
+    requests = to_requests(
+        setup, read_trace(trace), interruptible=interruptible, estimate_missing=estimate_missing, spread=spread
+    )
     assumptions = [f"tariff {t.name!r} is a synthetic assumption" for t in prices.tariffs if t.synthetic]
     rows = []
     for n, name in enumerate(policies, 1):
@@ -159,6 +162,11 @@ def register(app: typer.Typer) -> None:
             "--estimate-missing",
             help="A job with no measured throughput for its GPU count: scale the nearest count (flagged).",
         ),
+        spread: bool = typer.Option(
+            False,
+            "--spread",
+            help="Multi-GPU jobs may span hosts of one GPU type when no single host has room (1.25x slower).",
+        ),
         as_json: bool = JsonOpt,
     ) -> None:
         """Replay a trace through each policy and print one row per policy (and Gavel's reference)."""
@@ -195,6 +203,7 @@ def register(app: typer.Typer) -> None:
                 restart_overhead_s=restart_overhead_s,
                 seed=seed,
                 estimate_missing=estimate_missing,
+                spread=spread,
                 status=status,
             )
         except DanluError as exc:

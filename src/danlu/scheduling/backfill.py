@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from danlu.scheduling.model import Allocation
+from danlu.scheduling.model import Allocation, Parts
 from danlu.scheduling.placement import FreeIndex
 
 
@@ -27,7 +27,8 @@ class Timeline:
         # round, so any job at least that long with that gang size cannot fit either
         self._no_fit: dict[tuple[str, int], int] = {}
         for alloc in running:
-            self.releases[alloc.host_id].append((max(alloc.release_ms, now_ms + 1), alloc.gpus))
+            for host_id, gpus in alloc.placed:
+                self.releases[host_id].append((max(alloc.release_ms, now_ms + 1), gpus))
 
     def add_running(self, host_id: str, end_ms: int, gpus: int) -> None:
         self.releases[host_id].append((max(end_ms, self.now + 1), gpus))
@@ -106,6 +107,27 @@ class Timeline:
             if not self.has_reservations(host_id) or self.fits(host_id, gpus, self.now, duration_ms):
                 return host_id
         self._no_fit[(model, gpus)] = min(duration_ms, known_bad or duration_ms)
+        return None
+
+    def spread_now(self, model: str, gpus: int, duration_ms: int) -> Parts | None:
+        """Hosts of ``model`` that together hold the gang now, each part leaving every reservation
+        its GPUs for the whole run: the hosts with the most free GPUs first, so the gang spans as
+        few hosts as possible. None when they do not add up (a spread is only ever asked for when
+        no single host has room)."""
+        hosts = sorted(self.index.hosts_of(model), key=lambda h: (-self.index.free[h], h))
+        if sum(self.index.free[h] for h in hosts) < gpus:
+            return None
+        parts: list[tuple[str, int]] = []
+        need = gpus
+        for host_id in hosts:
+            n = min(self.index.free[host_id], need)
+            while n > 0 and self.has_reservations(host_id) and not self.fits(host_id, n, self.now, duration_ms):
+                n -= 1
+            if n > 0:
+                parts.append((host_id, n))
+                need -= n
+                if need == 0:
+                    return tuple(parts)
         return None
 
     def _scan_limit(self) -> int:

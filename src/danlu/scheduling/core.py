@@ -41,12 +41,13 @@ from danlu.scheduling.backfill import Timeline
 from danlu.scheduling.deferral import cheaper_start, horizon_for
 from danlu.scheduling.fairshare import within_quota
 from danlu.scheduling.las import schedule_las
-from danlu.scheduling.model import Allocation, ClusterView, Decision, Defer, JobRequest, Preempt, Start
+from danlu.scheduling.model import Allocation, ClusterView, Decision, Defer, JobRequest, Parts, Preempt, Start
 from danlu.scheduling.placement import FreeIndex
 from danlu.scheduling.policies import Batch, Policy, any_type_index, min_duration, order_keys
 from danlu.scheduling.preemption import Preemptor, demotion_for
 
 Option = tuple[int, int, str, str]  # (start_ms, finish_ms, model, host)
+SPREAD = "*spread*"  # an option's host when the gang starts spread over hosts (its parts are kept aside)
 
 
 def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
@@ -79,8 +80,11 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
         if not models:
             decisions.append(Defer(job.id, None, "no GPU model it can run on is within its max price"))
             continue
-        if can_reserve or (free_left and not timeline.surely_blocked(models, job.gpus, job.durations_ms)):
-            option = _choose(view, policy, job, models, timeline, can_reserve, batch)
+        spreads: dict[str, Parts] = {}
+        if can_reserve or (
+            free_left and (job.spread_ok or not timeline.surely_blocked(models, job.gpus, job.durations_ms))
+        ):
+            option = _choose(view, policy, job, models, timeline, can_reserve, batch, spreads)
         else:
             option = None  # past the reservation budget it could only start now, and it cannot
         if option is not None and option[0] == now:
@@ -89,9 +93,16 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             if wait_until is not None:
                 decisions.append(Defer(job.id, wait_until, "a cheaper tariff window still meets the deadline", True))
                 continue
-            decisions.append(Start(job.id, host, model, job.gpus, job.plan, finish, _start_reason(policy, blocked)))
-            index.take(host, job.gpus)
-            timeline.add_running(host, finish, job.gpus)
+            parts = spreads[model] if host == SPREAD else ((host, job.gpus),)
+            reason = _start_reason(policy, blocked)
+            if host == SPREAD:
+                reason += f"; spread over {len(parts)} hosts (slower than on one)"
+            decisions.append(
+                Start(job.id, parts[0][0], model, job.gpus, job.plan, finish, reason, parts if host == SPREAD else ())
+            )
+            for part_host, part_gpus in parts:
+                index.take(part_host, part_gpus)
+                timeline.add_running(part_host, finish, part_gpus)
             in_use[job.user] += job.gpus
             free_left -= job.gpus
             continue
@@ -135,8 +146,8 @@ def _migrations(view: ClusterView, index: FreeIndex, timeline: Timeline, taken: 
         return []
     candidates: list[tuple[int, str, str, int, Allocation]] = []
     for alloc in view.running:
-        if alloc.stopping_at_ms is not None or not alloc.durations_ms or alloc.job_id in taken:
-            continue
+        if alloc.stopping_at_ms is not None or not alloc.durations_ms or alloc.job_id in taken or alloc.parts:
+            continue  # (a gang spread over hosts is not moved)
         if view.now_ms - alloc.start_ms < MIGRATION_COOLDOWN_MS:
             continue  # it just started (or moved): let it run before weighing another move
         left_here = alloc.est_end_ms - ready
@@ -220,7 +231,11 @@ def _choose(
     timeline: Timeline,
     can_reserve: bool,
     batch: Batch | None = None,
+    spreads: dict[str, Parts] | None = None,
 ) -> Option | None:
+    """The job's (start, finish, model, host): now or at a reserved start. ``spreads``: a job that
+    allows it may start now spread over hosts of a model on which no single host has room (host
+    :data:`SPREAD`, its parts stored in ``spreads[model]``), at ``view.spread_slowdown`` x the time."""
     now = view.now_ms
     if policy.choice == "any":
         free_now = [m for m in models if timeline.startable_now(m, job.gpus, job.durations_ms[m])]
@@ -235,12 +250,20 @@ def _choose(
         options = [o for o in later if o is not None]
         return min(options, key=lambda o: (o[0], o[1])) if options else None
     options = []
+    spread = spreads is not None and job.spread_ok and job.gpus > 1
     for model in models:
         duration = job.durations_ms[model]
         host = timeline.startable_now(model, job.gpus, duration)
         if host is not None:
             options.append((now, now + duration, model, host))
-        elif can_reserve:
+            continue
+        if spread and spreads is not None:
+            slower = round(duration * view.spread_slowdown)
+            parts = timeline.spread_now(model, job.gpus, slower)
+            if parts is not None:
+                spreads[model] = parts
+                options.append((now, now + slower, model, SPREAD))
+        if can_reserve:
             option = _earliest(timeline, job, model)
             if option is not None:
                 options.append(option)
@@ -255,14 +278,14 @@ def _choose(
         options = [
             o
             for o in options
-            if (policy.choice == "balanced" and job.durations_ms[o[2]] <= fastest * (1.0 + policy.time_slack))
-            or (policy.choice == "cheapest" and view.prices.price(o[2], plan) * job.durations_ms[o[2]] <= cheapest)
+            if (policy.choice == "balanced" and o[1] - o[0] <= fastest * (1.0 + policy.time_slack))
+            or (policy.choice == "cheapest" and view.prices.price(o[2], plan) * (o[1] - o[0]) <= cheapest)
         ]
         if not options:
             return None
 
     def cost(option: Option) -> int:
-        return view.prices.price(option[2], plan) * job.durations_ms[option[2]]
+        return view.prices.price(option[2], plan) * (option[1] - option[0])
 
     if policy.choice == "cheapest":
         # the cheapest type among those that end within the bound a renter can read (issue 11:
@@ -278,7 +301,7 @@ def _choose(
         within = [o for o in options if o[1] <= batch.horizon_ms]
         if within:
             speed = batch.speed
-            return min(within, key=lambda o: (job.durations_ms[o[2]] * speed.get(o[2], 1.0), o[1], o[2]))
+            return min(within, key=lambda o: ((o[1] - o[0]) * speed.get(o[2], 1.0), o[1], o[2]))
     finish = _with_migration(view, job, options) if policy.migrate else {o: o[1] for o in options}
     best_finish = min(finish.values())
     limit = now + (best_finish - now) * (1.0 + policy.time_slack)
@@ -294,7 +317,7 @@ def _with_migration(view: ClusterView, job: JobRequest, options: list[Option]) -
     for option in options:
         best = float(option[1])
         duration = job.durations_ms[option[2]]
-        if option[0] == now and duration > 0:
+        if option[0] == now and duration > 0 and option[3] != SPREAD:  # a spread gang is not moved
             for start, _, model, _ in later:
                 done = min(1.0, (start + view.notice_ms - now) / duration)
                 moved = start + view.notice_ms + view.restart_overhead_ms + job.durations_ms[model] * (1.0 - done)

@@ -45,8 +45,11 @@ class ExecEvent:
 
 
 class Executor(Protocol):
-    def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int) -> None:
-        """Launch the job's gang on the host (resuming from its checkpoint if it has one)."""
+    def start(
+        self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0
+    ) -> None:
+        """Launch the job's gang on the host (resuming from its checkpoint if it has one);
+        ``slowdown`` > 1 when the gang is spread over hosts (it runs that much slower)."""
 
     def notify_preempt(self, job_id: str, notice_deadline_ms: int, now_ms: int) -> None:
         """Deliver the notice (SIGTERM + ``DANLU_PREEMPT_DEADLINE`` file); the job may exit early."""
@@ -111,6 +114,7 @@ class Engine:
     quotas_gpus: Mapping[str, int] = field(default_factory=dict)
     notice_ms: int = 60_000
     restart_overhead_ms: int = 30_000
+    spread_slowdown: float = 1.25  # a gang spread over hosts runs this much slower (ClusterView's)
     half_life_ms: int = DEFAULT_HALF_LIFE_MS
     jobs: dict[str, JobState] = field(default_factory=dict)
     running: dict[str, Allocation] = field(default_factory=dict)
@@ -178,6 +182,7 @@ class Engine:
             usage=self.usage,
             notice_ms=self.notice_ms,
             restart_overhead_ms=self.restart_overhead_ms,
+            spread_slowdown=self.spread_slowdown,
         )
         began = time.process_time()
         decisions = schedule(view, self.policy)
@@ -200,16 +205,17 @@ class Engine:
         remaining = state.remaining
         alloc = self.running.get(job_id)
         if alloc is not None:
-            full = durations.get(alloc.gpu_model, 0)
+            full = durations.get(alloc.gpu_model, 0) * self._slowdown(alloc)
             lost = self.restart_overhead_ms if state.resumed else 0
             remaining -= max(0, now - alloc.start_ms - lost) / full if full else 0.0
         return round(max(0.0, 1.0 - remaining) * fastest * state.request.gpus)
 
     def _start(self, d: Start, now: int) -> None:
         state = self.jobs[d.job_id]
-        if self._free[d.host_id] < d.gpus:
-            raise RuntimeError(f"core over-allocated host {d.host_id}")  # an invariant, not a user error
-        self._free[d.host_id] -= d.gpus
+        for host_id, gpus in d.placed:
+            if self._free[host_id] < gpus or self._model[host_id] != d.gpu_model:
+                raise RuntimeError(f"core over-allocated host {host_id}")  # an invariant, not a user error
+            self._free[host_id] -= gpus
         queued = self._queue.pop(d.job_id)
         req = state.request
         self.running[d.job_id] = Allocation(
@@ -223,6 +229,7 @@ class Engine:
             req.priority,
             req.interruptible,
             checkpoints=True,  # a simulated job checkpoints within its notice (simulator.py)
+            parts=d.parts,
             # a job moved MAX_MIGRATIONS times stays where it is: no duration table, no further move
             durations_ms=self._usable_durations(queued) if state.migrations < MAX_MIGRATIONS else {},
         )
@@ -232,7 +239,8 @@ class Engine:
         if state.first_start_ms is None:
             state.first_start_ms = now
         self.stats.decisions += 1
-        self.executor.start(d.job_id, d.host_id, d.gpu_model, d.gpus, now)
+        slowdown = self.spread_slowdown if d.parts else 1.0
+        self.executor.start(d.job_id, d.host_id, d.gpu_model, d.gpus, now, slowdown)
 
     def _usable_durations(self, req: JobRequest) -> dict[str, int]:
         """The job's run time per model it may use (price within its max), for migration checks."""
@@ -268,14 +276,15 @@ class Engine:
         if alloc is None:
             return
         state = self.jobs[job_id]
-        self._free[alloc.host_id] += alloc.gpus
+        for host_id, gpus in alloc.placed:
+            self._free[host_id] += gpus
         self._freed = True
         plan = state.request.plan
         notice_from = state.notice_ms if state.notice_ms is not None else at_ms
         self._bill(state, alloc, plan, alloc.start_ms, min(notice_from, at_ms))
         self._bill(state, alloc, Plan.INTERRUPTIBLE, min(notice_from, at_ms), at_ms)
         self.usage[alloc.user] = self.usage.get(alloc.user, 0.0) + alloc.gpus * (at_ms - alloc.start_ms) / 3_600_000
-        full = state.request.durations_ms.get(alloc.gpu_model, 0)
+        full = state.request.durations_ms.get(alloc.gpu_model, 0) * self._slowdown(alloc)
         lost = self.restart_overhead_ms if state.resumed else 0
         done = max(0, at_ms - alloc.start_ms - lost) / full if full else 0.0
         state.remaining = max(0.0, state.remaining - done)
@@ -300,6 +309,9 @@ class Engine:
         else:
             state.status = "failed" if kind == "failed" else "succeeded"
             state.end_ms = at_ms
+
+    def _slowdown(self, alloc: Allocation) -> float:
+        return self.spread_slowdown if alloc.parts else 1.0
 
     def _bill(self, state: JobState, alloc: Allocation, plan: Plan, start: int, end: int) -> None:
         if end <= start:

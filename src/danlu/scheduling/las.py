@@ -26,7 +26,8 @@ def schedule_las(view: ClusterView) -> list[Decision]:
     model_of = {h.id: h.gpu_model for h in view.hosts}
     stopping = [a for a in view.running if a.stopping_at_ms is not None]
     for alloc in stopping:  # leaving anyway: their GPUs are not this round's to give
-        room[alloc.host_id] -= alloc.gpus
+        for host_id, gpus in alloc.placed:
+            room[host_id] -= gpus
     running = [a for a in view.running if a.stopping_at_ms is None]
     ranked: list[tuple[int, int, int, Allocation | JobRequest]] = [
         (a.attained_ms, 0, i, a) for i, a in enumerate(running)
@@ -37,8 +38,9 @@ def schedule_las(view: ClusterView) -> list[Decision]:
     placed: list[tuple[JobRequest, str]] = []
     for *_, item in ranked:
         if isinstance(item, Allocation):  # a running job keeps its GPUs if nobody with less service took them
-            if room[item.host_id] >= item.gpus:
-                room[item.host_id] -= item.gpus
+            if all(room[h] >= n for h, n in item.placed):
+                for h, n in item.placed:
+                    room[h] -= n
                 kept.add(item.job_id)
             continue
         job = item
@@ -53,8 +55,9 @@ def schedule_las(view: ClusterView) -> list[Decision]:
     for alloc in running:
         if alloc.job_id not in kept:
             decisions.append(Preempt(alloc.job_id, alloc.host_id, deadline, "", "time slice: least attained service"))
-            if view.notice_ms == 0:
-                free[alloc.host_id] += alloc.gpus  # the engine stops it at once, before these starts
+            if view.notice_ms == 0:  # the engine stops it at once, before these starts
+                for h, n in alloc.placed:
+                    free[h] += n
     for job, host in placed:
         model = model_of[host]
         if free[host] >= job.gpus:

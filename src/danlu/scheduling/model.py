@@ -18,6 +18,9 @@ PRIORITY_NORMAL = 1
 PRIORITY_HIGH = 2
 PRIORITIES = {"low": PRIORITY_LOW, "normal": PRIORITY_NORMAL, "high": PRIORITY_HIGH}
 
+# A gang spread over several hosts of one GPU model: (host id, GPUs there), the first part first.
+Parts = tuple[tuple[str, int], ...]
+
 
 @dataclass(frozen=True, slots=True)
 class Host:
@@ -47,6 +50,9 @@ class JobRequest:
     # service attained so far: GPU-ms of progress at its fastest type's speed (filled for ``las`` and
     # for policies that demote by attained service)
     attained_ms: int = 0
+    # the job may run as one gang spread over several hosts of one model (issue 11, item 7), at
+    # ``ClusterView.spread_slowdown`` x its duration; only when no single host has room for it
+    spread_ok: bool = False
 
     def runnable_on(self, gpu_model: str) -> bool:
         return self.durations_ms.get(gpu_model, 0) > 0
@@ -78,6 +84,11 @@ class Allocation:
     # the job resumes from its checkpoint when stopped (a simulated job always does; a live job once
     # it has written one): only such work may be demoted for a job with less attained service
     checkpoints: bool = False
+    parts: Parts = ()  # a gang spread over hosts (``host_id`` is the first); empty: all on ``host_id``
+
+    @property
+    def placed(self) -> Parts:
+        return self.parts or ((self.host_id, self.gpus),)
 
     def remaining_ms_on(self, gpu_model: str, at_ms: int) -> int | None:
         """Estimated run time left at ``at_ms`` if the job continued on ``gpu_model`` instead."""
@@ -107,6 +118,9 @@ class ClusterView:
     notice_ms: int = 60_000
     # work lost when a job restarts from its checkpoint (reload, warm-up); weighed against a migration
     restart_overhead_ms: int = 0
+    # a gang spread over hosts runs this much slower than on one host (gradients cross the network
+    # instead of NVLink/PCIe; an assumption, see docs/scheduling.md)
+    spread_slowdown: float = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +132,11 @@ class Start:
     plan: Plan
     est_end_ms: int
     reason: str
+    parts: Parts = ()  # spread over these hosts (``host_id`` is the first); empty: all on ``host_id``
+
+    @property
+    def placed(self) -> Parts:
+        return self.parts or ((self.host_id, self.gpus),)
 
 
 @dataclass(frozen=True, slots=True)

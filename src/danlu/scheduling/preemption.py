@@ -68,11 +68,9 @@ class Preemptor:
         self.notice = view.notice_ms
         self.by_host: dict[str, list[Allocation]] = defaultdict(list)
         self.stopping: dict[str, list[Allocation]] = defaultdict(list)
-        for alloc in view.running:
-            if alloc.stopping_at_ms is None:
-                self.by_host[alloc.host_id].append(alloc)
-            else:
-                self.stopping[alloc.host_id].append(alloc)
+        for alloc in view.running:  # a gang spread over hosts is listed on each of them
+            for host_id, _ in alloc.placed:
+                (self.by_host if alloc.stopping_at_ms is None else self.stopping)[host_id].append(alloc)
         self.taken: set[str] = set()
         live = [a for allocs in self.by_host.values() for a in allocs]
         self.min_priority = min((a.priority for a in live), default=None)
@@ -117,13 +115,13 @@ class Preemptor:
             candidates = [a for _, a in ranked]
             if not candidates:
                 continue
-            have = index.free[host_id] + sum(a.gpus for a in self.stopping.get(host_id, ()))
+            have = index.free[host_id] + sum(_on(a, host_id) for a in self.stopping.get(host_id, ()))
             victims: list[Allocation] = []
             for alloc in candidates:
                 if have >= job.gpus:
                     break
                 victims.append(alloc)
-                have += alloc.gpus
+                have += _on(alloc, host_id)
             if have < job.gpus or not victims:
                 continue
             cost = sum(a.gpus for a in victims)
@@ -133,3 +131,10 @@ class Preemptor:
         if best is not None:
             self.taken.update(a.job_id for a in best.victims)
         return best
+
+
+def _on(alloc: Allocation, host_id: str) -> int:
+    """GPUs ``alloc`` holds on ``host_id`` (all of them unless its gang is spread over hosts)."""
+    if not alloc.parts:
+        return alloc.gpus
+    return sum(n for h, n in alloc.parts if h == host_id)

@@ -32,23 +32,25 @@ class SimExecutor:
         self._durations = durations
         self._overhead = restart_overhead_ms
         self._remaining: dict[str, float] = {}
-        self._running: dict[str, tuple[int, str, int, int]] = {}  # job -> (start, model, end, lost)
+        self._running: dict[str, tuple[int, str, int, int, float]] = {}  # job -> (start, model, end, lost, slowdown)
         self._heap: list[tuple[int, str]] = []
         self.finished = 0  # jobs that ran to their end (for a progress line)
 
-    def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int) -> None:
+    def start(
+        self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0
+    ) -> None:
         left = self._remaining.setdefault(job_id, 1.0)
         lost = self._overhead if left < 1.0 - 1e-9 else 0
-        end = now_ms + lost + max(1, round(self._durations[job_id][gpu_model] * left))
-        self._running[job_id] = (now_ms, gpu_model, end, lost)
+        end = now_ms + lost + max(1, round(self._durations[job_id][gpu_model] * slowdown * left))
+        self._running[job_id] = (now_ms, gpu_model, end, lost, slowdown)
         heapq.heappush(self._heap, (end, job_id))
 
     def notify_preempt(self, job_id: str, notice_deadline_ms: int, now_ms: int) -> None:
         """The simulated job keeps training through its notice and checkpoints at the deadline."""
 
     def stop(self, job_id: str, now_ms: int) -> None:
-        start, model, _, lost = self._running.pop(job_id)
-        done = max(0, now_ms - start - lost) / self._durations[job_id][model]
+        start, model, _, lost, slowdown = self._running.pop(job_id)
+        done = max(0, now_ms - start - lost) / (self._durations[job_id][model] * slowdown)
         self._remaining[job_id] = max(0.0, self._remaining[job_id] - done)
 
     def poll(self, now_ms: int) -> list[ExecEvent]:
@@ -77,12 +79,18 @@ class SimSetup:
 
 
 def to_requests(
-    setup: SimSetup, trace: Iterable[TraceJob], interruptible: bool = False, *, estimate_missing: bool = False
+    setup: SimSetup,
+    trace: Iterable[TraceJob],
+    interruptible: bool = False,
+    *,
+    estimate_missing: bool = False,
+    spread: bool = False,
 ) -> list[JobRequest]:
     """The trace as job requests. A job measured in steps needs a throughput for its (job type, GPU
     count), or a duration; without either it is an error naming it (a duration of 0 would make it
     finish in 1 ms everywhere), unless ``estimate_missing``: then the same job type's throughput at
-    the nearest GPU count, scaled linearly (optimistic), and the request is flagged ``estimated``."""
+    the nearest GPU count, scaled linearly (optimistic), and the request is flagged ``estimated``.
+    ``spread``: multi-GPU gangs may span hosts of one type (``spread_ok``)."""
     models = sorted({h.gpu_model for h in setup.hosts})
     out = []
     for seq, tj in enumerate(trace):
@@ -116,6 +124,7 @@ def to_requests(
                 deadline_ms=None if tj.deadline_s is None else setup.start_ms + round(tj.deadline_s * 1000),
                 seq=seq,
                 estimated=estimated,
+                spread_ok=spread and tj.gpus > 1,  # the gang may span hosts of one type (item 7)
             )
         )
     return out
@@ -132,8 +141,15 @@ def estimate_rates(table: ThroughputTable, job_type: str, gpus: int) -> dict[str
 
 
 def placeable(hosts: Iterable[Host], request: JobRequest) -> bool:
-    """Whether some host could ever hold the whole gang on a type it can run on."""
-    return any(h.total_gpus >= request.gpus and request.runnable_on(h.gpu_model) for h in hosts)
+    """Whether some host could ever hold the whole gang on a type it can run on (or, for a gang
+    that may spread over hosts, the hosts of one such type together)."""
+    per_model: dict[str, int] = {}
+    for h in hosts:
+        if request.runnable_on(h.gpu_model):
+            if h.total_gpus >= request.gpus:
+                return True
+            per_model[h.gpu_model] = per_model.get(h.gpu_model, 0) + h.total_gpus
+    return request.spread_ok and any(total >= request.gpus for total in per_model.values())
 
 
 def simulate(
