@@ -200,7 +200,8 @@ def skypilot_lambda(data: Path) -> Iterator[list[str]]:
             elif acc == "H100":
                 model = "H100-PCIE" if "pcie" in itype else "H100-80GB"
             else:
-                model = {"A10": "A10", "V100": "V100", "GH200": None}.get(acc)
+                # Lambda's GH200 is the 96 GB HBM3 part (GpuInfo 98304 MiB); the table's GH200 is the 144 GB one
+                model = {"A10": "A10", "V100": "V100", "A6000": "RTX-A6000", "B200": "B200", "GH200": None}.get(acc)
             if model is None:
                 continue
             gpus = float(row["AcceleratorCount"])
@@ -229,7 +230,8 @@ def skypilot_gcp(data: Path) -> Iterator[list[str]]:
         if r["InstanceType"] or not r["AcceleratorName"].startswith("A100") or "40960" not in r["GpuInfo"]:
             continue
         n = int(float(r["AcceleratorCount"]))
-        vm = vms.get((f"a2-highgpu-{n}g", r["AvailabilityZone"]))
+        # 16 A100s come only as a2-megagpu-16g (SkyPilot's optimizer picks it for A100:16)
+        vm = vms.get((f"a2-megagpu-{n}g" if n == 16 else f"a2-highgpu-{n}g", r["AvailabilityZone"]))
         if vm is None or (r["Region"], vm["InstanceType"], n) in seen:
             continue
         seen.add((r["Region"], vm["InstanceType"], n))

@@ -31,7 +31,7 @@ WORK = ["advise", "--params", "7e9", "--tokens", "1e9"]
         ([*WORK, "--top", "0"], "invalid_top"),
         ([*WORK, "--preemption-overhead", "inf"], "invalid_preemption_overhead"),
         (["advise", "buy", "--gpu", "A100", "--purchase-price", "10000"], "ambiguous_gpu_model"),
-        ([*WORK, "--gpu", "B200"], "no_priced_option"),  # known, but no price anywhere: not an empty table
+        ([*WORK, "--gpu", "GH200"], "no_priced_option"),  # known (144 GB part), no price anywhere: not an empty table
     ],
 )
 def test_bad_input_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, args: list[str], code: str) -> None:

@@ -150,3 +150,27 @@ def test_rent_or_buy_break_even_is_where_costs_meet() -> None:
     assert len(res.buy_cumulative_minor) == 37 and res.buy_cumulative_minor[0] == 2_000_000
     full = rent_or_buy(replace(x, utilisation=Decimal(1)))
     assert full.cheaper == "buy"
+
+
+def test_compare_offers_what_skypilots_optimizer_launches_on_the_rows_both_hold() -> None:
+    """benchmarks/skypilot_agreement.py checks all 18 (accelerator, count) pairs against SkyPilot
+    0.14.1; these are the three it once disagreed on: Lambda's A6000 and B200 rows were not mapped,
+    16 A100s come only as GCP's a2-megagpu-16g, and SkyPilot's "H100" includes the PCIe instance."""
+
+    def top(gpu: str, n: int) -> tuple[str, str, str]:
+        rows = service.compare(gpu, hours=1, count=n)
+        rows = [r for r in rows if r["source_label"] in ("SkyPilot lambda", "SkyPilot gcp")]
+        return rows[0]["provider"], rows[0]["instance_type"], rows[0]["price_per_hour"]
+
+    assert top("RTX-A6000", 1) == ("Lambda", "gpu_1x_a6000", "1.09")
+    assert top("B200", 8) == ("Lambda", "gpu_8x_b200_sxm6", "53.52")
+    assert top("A100-40GB", 16) == ("GCP", "a2-megagpu-16g", "35.5024")
+    assert top("H100", 1) == ("Lambda", "gpu_1x_h100_pcie", "3.29")
+
+
+def test_compare_lists_an_instance_once_with_its_regions_as_advise_does() -> None:
+    rows = service.compare("A10", hours=1, count=1)
+    keys = [(r["provider"], r["instance_type"], r["price_per_hour"], r["as_of"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    lambda_a10 = next(r for r in rows if r["instance_type"] == "gpu_1x_a10")
+    assert "more)" in lambda_a10["region"]  # "europe-central-1 (+N more)"

@@ -16,7 +16,7 @@ from danlu.advisor.rent_buy import BuyInputs, BuyResult, rent_or_buy
 from danlu.advisor.timing import Measured
 from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import resolve_model
-from danlu.catalog.prices import OUTLIER_DIVISOR, PriceCatalog, PriceRow, models_matching, price_catalog
+from danlu.catalog.prices import OUTLIER_DIVISOR, PriceCatalog, PriceRow, models_matching, price_catalog, source_label
 from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent, format_minor, parse_amount
 
@@ -145,16 +145,18 @@ def compare(
     within("count", count, 1, 4096, code="invalid_compare_input", lo_open=False)
     names = set(models_matching(gpu))
     rows = []
-    for r in price_catalog().usable(include_outliers):
-        if r.gpu_model not in names:
+    # the rows advise ranks (catalog_sources: one row per instance and terms, its regions collapsed),
+    # so compare and advise read the same prices
+    for r in catalog_sources(price_catalog(), include_outliers):
+        if r.gpu_model not in names or r.as_of is None:
             continue
-        rate = r.spot_per_gpu_hour if spot else r.price_per_gpu_hour
+        rate = r.spot_rate if spot else r.rate
         if rate is None:
             continue
-        machines = -(-count // r.gpus)
+        machines = -(-count // r.gpus_per_instance)
         if machines > 1 and not multi_machine:
             continue  # N single-GPU machines are not one N-GPU machine
-        billed = machines * r.gpus
+        billed = machines * r.gpus_per_instance
         per_hour = rate * billed
         total = cost_minor(rate, hours_decimal(hours) * billed, r.currency)
         rows.append(
@@ -171,7 +173,7 @@ def compare(
                 "spot": spot,
                 "as_of": r.as_of.isoformat(),
                 "source": r.source,
-                "source_label": r.source_label,
+                "source_label": source_label(r.source),
                 "outlier": r.outlier,
                 "_total_minor": total,
             }
