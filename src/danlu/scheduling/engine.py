@@ -31,6 +31,7 @@ from danlu.billing.rating import rate_interval
 from danlu.core.clock import Clock
 from danlu.scheduling.core import schedule
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS, decay
+from danlu.scheduling.lifecycle import QUEUED, RUNNING, STOPPING, RunEnd, after_run, notice_deadline
 from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
 from danlu.scheduling.policies import Policy
 
@@ -45,9 +46,7 @@ class ExecEvent:
 
 
 class Executor(Protocol):
-    def start(
-        self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0
-    ) -> None:
+    def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0) -> None:
         """Launch the job's gang on the host (resuming from its checkpoint if it has one);
         ``slowdown`` > 1 when the gang is spread over hosts (it runs that much slower)."""
 
@@ -83,7 +82,7 @@ PIN_MS = 20 * 60_000  # how long a migrated job waits for its target type before
 @dataclass(slots=True)
 class JobState:
     request: JobRequest  # durations_ms are for the whole job; remaining scales them
-    status: str = "queued"  # queued | running | stopping | succeeded | failed
+    status: str = QUEUED  # queued | running | stopping | succeeded | failed (lifecycle.py)
     remaining: float = 1.0
     first_start_ms: int | None = None
     end_ms: int | None = None
@@ -93,6 +92,7 @@ class JobState:
     defer_until_ms: int | None = None
     resumed: bool = False  # the current run restarts from a checkpoint (pays the restart overhead)
     migrating_to: str | None = None  # the type a migration moves it to: it restarts there, not back
+    reason: str = ""  # why it is in its status (lifecycle.after_run's words, as the live server shows)
 
 
 @dataclass(slots=True)
@@ -233,7 +233,7 @@ class Engine:
             # a job moved MAX_MIGRATIONS times stays where it is: no duration table, no further move
             durations_ms=self._usable_durations(queued) if state.migrations < MAX_MIGRATIONS else {},
         )
-        state.status = "running"
+        state.status = RUNNING
         state.defer_until_ms = None
         state.resumed = state.remaining < 1.0 - 1e-9
         if state.first_start_ms is None:
@@ -255,9 +255,10 @@ class Engine:
 
     def _preempt(self, d: Preempt, now: int) -> None:
         alloc = self.running[d.job_id]
-        self.running[d.job_id] = replace(alloc, stopping_at_ms=d.notice_deadline_ms)
+        deadline = notice_deadline(d.notice_deadline_ms, now, self.notice_ms)  # as live.preempt_run
+        self.running[d.job_id] = replace(alloc, stopping_at_ms=deadline)
         state = self.jobs[d.job_id]
-        state.status, state.notice_ms = "stopping", now
+        state.status, state.notice_ms = STOPPING, now
         if d.migrate_to is not None:
             state.migrating_to = d.migrate_to
             state.migrations += 1
@@ -266,8 +267,8 @@ class Engine:
             state.preemptions += 1
             self.stats.preemptions += 1
         self.stats.decisions += 1
-        self.executor.notify_preempt(d.job_id, d.notice_deadline_ms, now)
-        if d.notice_deadline_ms <= now:  # no notice (the las baseline): off its GPUs before this round's starts
+        self.executor.notify_preempt(d.job_id, deadline, now)
+        if deadline <= now:  # no notice (the las baseline): off its GPUs before this round's starts
             self.executor.stop(d.job_id, now)
             self._ended(d.job_id, now, "stopped")
 
@@ -289,8 +290,16 @@ class Engine:
         done = max(0, at_ms - alloc.start_ms - lost) / full if full else 0.0
         state.remaining = max(0.0, state.remaining - done)
         state.notice_ms = None
-        if kind == "stopped" and state.remaining > 1e-9:
-            state.status = "queued"
+        exit_code = {"succeeded": 0, "failed": 1}.get(kind)
+        end = RunEnd(
+            "stopped" if exit_code is None else "exited",
+            exit_code,
+            noticed=alloc.stopping_at_ms is not None,
+            work_left=kind == "stopped" and state.remaining > 1e-9,  # an exit means the executor saw it end
+        )
+        status, state.reason = after_run(end)  # the live server's rule too (lifecycle.py)
+        if status == QUEUED:
+            state.status = status
             durations = {
                 m: max(1, round(d * state.remaining)) + self.restart_overhead_ms
                 for m, d in state.request.durations_ms.items()
@@ -307,7 +316,7 @@ class Engine:
                 durations = {target: durations[target]}
             self._queue[job_id] = replace(state.request, durations_ms=durations)
         else:
-            state.status = "failed" if kind == "failed" else "succeeded"
+            state.status = status
             state.end_ms = at_ms
 
     def _slowdown(self, alloc: Allocation) -> float:

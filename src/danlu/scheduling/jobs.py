@@ -36,21 +36,20 @@ from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
 from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
+
+# the states and the rule for a run's end are the simulator's engine's too (lifecycle.py); re-exported
+from danlu.scheduling.lifecycle import CANCELLED as CANCELLED
+from danlu.scheduling.lifecycle import FAILED as FAILED
+from danlu.scheduling.lifecycle import JOB_TRANSITIONS as JOB_TRANSITIONS
+from danlu.scheduling.lifecycle import QUEUED as QUEUED
+from danlu.scheduling.lifecycle import RUNNING as RUNNING
+from danlu.scheduling.lifecycle import STOPPING as STOPPING
+from danlu.scheduling.lifecycle import SUCCEEDED as SUCCEEDED
+from danlu.scheduling.lifecycle import TERMINAL as TERMINAL
+from danlu.scheduling.lifecycle import How, RunEnd, after_run
 from danlu.scheduling.model import PRIORITIES
 from danlu.telemetry.idle import is_policy_stop
 from danlu.telemetry.limits import RunLimits
-
-QUEUED, RUNNING, STOPPING = "queued", "running", "stopping"
-SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
-JOB_TRANSITIONS: dict[str, frozenset[str]] = {
-    QUEUED: frozenset({RUNNING, CANCELLED, FAILED}),
-    RUNNING: frozenset({STOPPING, QUEUED, SUCCEEDED, FAILED, CANCELLED}),
-    STOPPING: frozenset({QUEUED, SUCCEEDED, FAILED, CANCELLED}),
-    SUCCEEDED: frozenset(),
-    FAILED: frozenset(),
-    CANCELLED: frozenset(),
-}
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 
 @dataclass
@@ -312,32 +311,30 @@ def on_run_finished(p: Platform, s: Session, job: Job, inst: Instance, now_ms: i
     job.current_instance_id = None
     job.notice_deadline_ms = None
     job.exit_code = inst.exit_code
-    preempted = job.status == STOPPING
-    max_attempts = p.settings.job_max_attempts
-    if job.cancel_requested:
-        transition(s, job, CANCELLED, "cancelled by user", now_ms)
-    elif preempted:
-        transition(s, job, QUEUED, "preempted; requeued, resumes from DANLU_CHECKPOINT_DIR", now_ms)
-    elif inst.status == InstanceStatus.EXITED and inst.exit_code == 0:
-        transition(s, job, SUCCEEDED, "command exited with code 0", now_ms)
-    elif inst.status == InstanceStatus.EXITED:  # the run's reason: its exit code, or the limit that ended it
-        transition(s, job, FAILED, inst.status_reason or f"command exited with code {inst.exit_code}", now_ms)
-    elif inst.status == InstanceStatus.FAILED and (n := _losses(s, job, InstanceStatus.FAILED)) < max_attempts:
-        why = f"run never started ({inst.status_reason}); requeued ({n} of {max_attempts})"
-        transition(s, job, QUEUED, why, now_ms)
-    elif inst.status == InstanceStatus.FAILED:
-        transition(s, job, FAILED, f"run could not start {n} times; giving up: {inst.status_reason}", now_ms)
-    elif inst.status == InstanceStatus.LOST and (lost := _losses(s, job)) < p.settings.job_max_attempts:
-        reason = (
-            f"run lost with its node ({lost} of at most {p.settings.job_max_attempts}); retrying from the checkpoint"
-        )
-        transition(s, job, QUEUED, reason, now_ms)
-    elif inst.status == InstanceStatus.LOST:
-        transition(s, job, FAILED, f"run lost {_losses(s, job)} times; giving up", now_ms)
-    elif is_policy_stop(inst.stop_reason):  # the job's own idle or duration limit: it ends here
-        transition(s, job, FAILED, inst.stop_reason, now_ms)
-    else:  # stopped by the platform (e.g. balance exhausted): wait in the queue
-        transition(s, job, QUEUED, f"run stopped: {inst.status_reason}", now_ms)
+    status = InstanceStatus(inst.status)
+    how: How
+    failures = 0
+    if status == InstanceStatus.EXITED:
+        how = "exited"
+    elif status == InstanceStatus.FAILED:
+        how, failures = "never_started", _losses(s, job, InstanceStatus.FAILED)
+    elif status == InstanceStatus.LOST:
+        how, failures = "lost", _losses(s, job)
+    elif is_policy_stop(inst.stop_reason):
+        how = "limit"
+    else:
+        how = "stopped"
+    end = RunEnd(
+        how,
+        exit_code=inst.exit_code,
+        noticed=job.status == STOPPING,
+        cancel_requested=job.cancel_requested,
+        failures=failures,
+        max_attempts=p.settings.job_max_attempts,
+        detail=inst.stop_reason if how == "limit" else inst.status_reason,
+    )
+    to, reason = after_run(end)
+    transition(s, job, to, reason, now_ms)
 
 
 def _losses(s: Session, job: Job, status: InstanceStatus = InstanceStatus.LOST) -> int:

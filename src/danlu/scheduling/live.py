@@ -38,6 +38,7 @@ from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price, User
 from danlu.scheduling import jobs as jobsvc
 from danlu.scheduling.core import schedule
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
+from danlu.scheduling.lifecycle import notice_deadline
 from danlu.scheduling.model import PRIORITY_NORMAL, Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
 from danlu.scheduling.policies import get_policy
 from danlu.scheduling.speed import durations_from_reference
@@ -324,7 +325,7 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
         inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
         if inst is None or Status(inst.status) not in HAS_PROCESS:
             return
-        deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
+        deadline = notice_deadline(deadline_ms, now, p.settings.preempt_notice_s * 1000)  # never less notice
         handle = begin_notice(p, s, inst, deadline, f"preempted: {reason}")
         job.preemptions += 1
         job.notice_deadline_ms = deadline
@@ -340,7 +341,7 @@ def preempt_rental(p: Platform, instance_id: str, deadline_ms: int, reason: str)
         inst = s.get(Instance, instance_id, with_for_update=True, populate_existing=True)
         if inst is None or not inst.interruptible or inst.status != Status.RUNNING.value:
             return
-        deadline = max(deadline_ms, now + p.settings.preempt_notice_s * 1000)  # never less notice
+        deadline = notice_deadline(deadline_ms, now, p.settings.preempt_notice_s * 1000)  # never less notice
         handle = begin_notice(p, s, inst, deadline, f"preempted: {reason}; notice until {iso(deadline)}")
     terminate_runs(p, [handle])
     log.info("preempted rental %s until %s", instance_id, iso(deadline))
