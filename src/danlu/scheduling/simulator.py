@@ -36,9 +36,7 @@ class SimExecutor:
         self._heap: list[tuple[int, str]] = []
         self.finished = 0  # jobs that ran to their end (for a progress line)
 
-    def start(
-        self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0
-    ) -> None:
+    def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0) -> None:
         left = self._remaining.setdefault(job_id, 1.0)
         lost = self._overhead if left < 1.0 - 1e-9 else 0
         end = now_ms + lost + max(1, round(self._durations[job_id][gpu_model] * slowdown * left))
