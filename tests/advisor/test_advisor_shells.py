@@ -133,3 +133,19 @@ def test_api_advice_errors_are_typed() -> None:
     assert plan.status_code == 200 and plan.json()["best"] == "hourly"
     buy = client.post("/api/v1/advice/buy", json={"gpu": "RTX-4090", "purchase_price": "1800.00"})
     assert buy.status_code == 200 and len(buy.json()["cumulative"]) == 37
+
+
+def test_gpu_counts_take_gpus_and_count_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`danlu run` said --gpus and `danlu compare`/`rent` said --count: a newcomer typing
+    `danlu compare --gpu RTX-A6000 --gpus 4` got "No such option". Both spellings work everywhere."""
+    monkeypatch.delenv("DANLU_URL", raising=False)
+    runner = CliRunner()
+    both = [
+        runner.invoke(cli_app, ["compare", "--gpu", "RTX-A6000", flag, "4", "--json"]) for flag in ("--gpus", "--count")
+    ]
+    assert [r.exit_code for r in both] == [0, 0], [r.output for r in both]
+    assert json.loads(both[0].stdout) == json.loads(both[1].stdout)
+    assert json.loads(both[0].stdout)[0]["instance_type"] == "gpu_4x_a6000"
+    for command in (["rent"], ["run"], ["hold", "buy"], ["advise", "plan"]):
+        help_text = runner.invoke(cli_app, [*command, "--help"]).output
+        assert "--gpus" in help_text and "--count" in help_text, command

@@ -210,7 +210,7 @@ def advise_plan(
     days_per_week: float = typer.Option(7, help="Days of use per week."),
     weeks: float = typer.Option(4, help="For how many weeks."),
     predictability: float = typer.Option(1.0, help="1 = exactly as planned; 0.5 = usage may halve."),
-    gpus: int = typer.Option(1, help="GPUs rented together."),
+    gpus: int = typer.Option(1, "--gpus", "--count", help="GPUs rented together."),
     price: str = typer.Option(None, help="Hourly price per GPU to use instead of the catalog's."),
     currency: str = typer.Option("USD", help="Currency of --price."),
     discount: list[str] = typer.Option(
@@ -331,7 +331,7 @@ def advise_buy(
 
 def compare(
     gpu: str = typer.Option(..., help="GPU model or family, e.g. A100."),
-    count: int = typer.Option(1, help="GPUs needed."),
+    count: int = typer.Option(1, "--count", "--gpus", help="GPUs needed, on one machine (see --multi-machine)."),
     hours: float = typer.Option(1.0, help="Hours of use."),
     spot: bool = typer.Option(False, "--spot", help="Spot/interruptible prices only."),
     multi_machine: bool = typer.Option(

@@ -101,7 +101,7 @@ def quote_and_confirm(client: Client, body: dict[str, Any], yes: bool, as_json: 
 def buy(
     term: str = typer.Argument(..., help="package-day|week|month, reserved-1m|3m|6m|12m (see `danlu plans`)."),
     gpu: str = typer.Option(..., "--gpu", help="GPU model (see `danlu offers`)."),
-    count: int = typer.Option(1, "--count", help="GPUs, all on one host."),
+    count: int = typer.Option(1, "--count", "--gpus", help="GPUs, all on one host."),
     on_expiry: str = typer.Option("stop", "--on-expiry", help="At the end an instance on it: stop, or on-demand."),
     team: str = typer.Option(None, "--team", help="Buy on this team's account."),
     yes: bool = YesOpt,

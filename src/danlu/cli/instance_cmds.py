@@ -41,7 +41,7 @@ def _row(v: dict[str, Any]) -> dict[str, Any]:
 def rent(
     command: list[str] = typer.Argument(..., help="The command to run, after --"),
     gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. A100-80GB (see `danlu offers`)."),
-    count: int = typer.Option(1, "--count", help="Number of GPUs, all on one host."),
+    count: int = typer.Option(1, "--count", "--gpus", help="Number of GPUs, all on one host."),
     name: str = typer.Option("", "--name"),
     interruptible: bool = typer.Option(
         False, "--interruptible", help="Cheaper; jobs may preempt it, always with notice (SIGTERM + deadline file)."

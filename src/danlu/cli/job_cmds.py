@@ -50,7 +50,7 @@ def _row(v: dict[str, Any], kinds: dict[str, bool]) -> dict[str, Any]:
 
 def run(
     command: list[str] = typer.Argument(..., help="The command to run, after --"),
-    gpus: int = typer.Option(1, "--gpus", help="GPUs for the job, all on one host (gang)."),
+    gpus: int = typer.Option(1, "--gpus", "--count", help="GPUs for the job, all on one host (gang)."),
     gpu: str = typer.Option(None, "--gpu", help="Allowed GPU models, comma-separated (default: any priced)."),
     max_price: str = typer.Option(None, "--max-price", help="Highest price per GPU-hour you accept."),
     deadline: str = typer.Option(None, "--deadline", help="ISO-8601 with timezone, e.g. 2026-12-03T08:00:00+08:00"),

@@ -225,8 +225,10 @@ def server(
         typer.echo(f"admin token: in {token_file}")
     typer.echo(f"try:  export DANLU_URL=http://{host}:{port} DANLU_TOKEN=$(cat {token_file}); danlu offers")
     password = ensure_admin_password(platform, data_dir, ADMIN_NAME)
-    shown = f"{password}  (shown once, also in {data_dir / 'admin-password'})" if password else "in " + str(
-        data_dir / "admin-password"
+    shown = (
+        f"{password}  (shown once, also in {data_dir / 'admin-password'})"
+        if password
+        else "in " + str(data_dir / "admin-password")
     )
     typer.echo(f"console: http://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
     loop.start()
