@@ -1,17 +1,19 @@
-"""One engine, two clocks: the loop that runs the pure core and applies its decisions.
+"""The simulator's shell: the round of :mod:`danlu.scheduling.rounds` with its state in memory.
 
-Seams (the live server implements these; the simulator has :class:`~danlu.scheduling.simulator.SimExecutor`
-and :class:`VirtualClock`):
+:class:`Engine` is one of the two :class:`~danlu.scheduling.rounds.Shell` s (the live server's is
+:class:`danlu.scheduling.live.LiveShell`, over the database). Its own seams:
 
-* ``Clock.now_ms() -> int`` (:mod:`danlu.core.clock`).
-* :class:`Executor` — starts gangs, delivers preemption notices, hard-stops, reports exits.
+* ``Clock.now_ms() -> int`` (:mod:`danlu.core.clock`; a fake clock in the simulator).
+* :class:`Executor` — starts gangs, delivers preemption notices, hard-stops, reports exits
+  (:class:`~danlu.scheduling.simulator.SimExecutor`).
 
-Each :meth:`Engine.tick` (1) collects executor exits, (2) hard-stops jobs whose notice expired,
-(3) decays fair-share usage, (4) asks :func:`~danlu.scheduling.core.schedule` for decisions and
-(5) applies them. Every ended allocation interval is rated through the one rater,
-:func:`danlu.billing.rating.rate_interval` (whole seconds from the interval's start, as the live
-meter bills; the notice period is billed at the interruptible price). ``tick`` returns the
-next instant worth waking up for, or ``None``.
+Each :meth:`Engine.tick` runs :func:`~danlu.scheduling.rounds.run_round`: ``settle`` collects executor
+exits and hard-stops jobs whose notice expired (each job then takes the state
+:func:`~danlu.scheduling.lifecycle.after_run` gives, as live), ``view`` decays fair-share usage and
+builds the view, the core decides, and ``start`` / ``notice`` / ``defer`` apply it. Every ended
+allocation interval is rated through the one rater, :func:`danlu.billing.rating.rate_interval` (whole
+seconds from the interval's start, as the live meter bills; the notice period is billed at the
+interruptible price). ``tick`` returns the next instant worth waking up for, or ``None``.
 
 A :class:`~danlu.scheduling.model.Preempt` with ``migrate_to`` is applied exactly like a
 preemption (notice, stop at the deadline, requeue, resume from checkpoint) but counted as a
@@ -21,19 +23,18 @@ core also weighs before moving a job.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.billing.rating import rate_interval
 from danlu.core.clock import Clock
-from danlu.scheduling.core import schedule
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS, decay
 from danlu.scheduling.lifecycle import QUEUED, RUNNING, STOPPING, RunEnd, after_run, notice_deadline
 from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
 from danlu.scheduling.policies import Policy
+from danlu.scheduling.rounds import RoundReport, run_round
 
 ExitKind = Literal["succeeded", "failed", "stopped"]
 
@@ -129,6 +130,7 @@ class Engine:
     # a job moved twice -> until when it waits for its target, and its durations on every type
     _pinned: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
     unplaceable: list[str] = field(default_factory=list)  # never submitted: no host can ever hold them
+    on_round: Callable[[RoundReport], None] | None = None  # sees each round's report (tests, tracing)
 
     def __post_init__(self) -> None:
         self._free = {h.id: h.free_gpus for h in self.hosts}
@@ -139,13 +141,31 @@ class Engine:
         self._queue[request.id] = request
 
     def tick(self) -> int | None:
+        """One round (rounds.run_round, the live server's too); the next instant worth waking for."""
         now = self.clock.now_ms()
-        for event in self.executor.poll(now):
+        report = run_round(self, self.policy, now)
+        if self.on_round is not None:
+            self.on_round(report)
+        if report.ran:
+            self.stats.rounds += 1
+            self.stats.cpu_s += report.cpu_s
+        self._freed = False
+        return self._next_wake(now)
+
+    # -- the Shell seam (rounds.Shell): state in memory, a simulated executor --
+
+    def settle(self, now_ms: int) -> int:
+        before = len(self.running)
+        for event in self.executor.poll(now_ms):
             self._ended(event.job_id, event.at_ms, event.kind)
         for job_id, alloc in list(self.running.items()):
-            if alloc.stopping_at_ms is not None and alloc.stopping_at_ms <= now:
-                self.executor.stop(job_id, now)
-                self._ended(job_id, now, "stopped")
+            if alloc.stopping_at_ms is not None and alloc.stopping_at_ms <= now_ms:
+                self.executor.stop(job_id, now_ms)
+                self._ended(job_id, now_ms, "stopped")
+        return before - len(self.running)
+
+    def view(self, now_ms: int) -> ClusterView | None:
+        now = now_ms
         if self._last_tick_ms is not None and self.usage:
             self.usage = decay(self.usage, now - self._last_tick_ms, self.half_life_ms)
         self._last_tick_ms = now
@@ -158,12 +178,8 @@ class Engine:
         deferred = self._deferred
         queue = tuple(r for r in self._queue.values() if r.id not in deferred)
         # with an empty queue a round only matters when GPUs freed up and running jobs may move
-        if queue or (self.policy.migrate and self._freed and self.running):
-            self._round(now, queue)
-        self._freed = False
-        return self._next_wake(now)
-
-    def _round(self, now: int, queue: tuple[JobRequest, ...]) -> None:
+        if not (queue or (self.policy.migrate and self._freed and self.running)):
+            return None
         running = tuple(self.running.values())
         if self.policy.order == "las" or self.policy.demote_after_ms is not None:
             # only jobs that ran before have attained service (a fresh one has 0: no copy needed)
@@ -172,7 +188,7 @@ class Engine:
                 for r in queue
             )
             running = tuple(replace(a, attained_ms=self._attained(a.job_id, now)) for a in running)
-        view = ClusterView(
+        return ClusterView(
             now_ms=now,
             hosts=tuple(replace(h, free_gpus=self._free[h.id]) for h in self.hosts),
             queue=queue,
@@ -184,18 +200,19 @@ class Engine:
             restart_overhead_ms=self.restart_overhead_ms,
             spread_slowdown=self.spread_slowdown,
         )
-        began = time.process_time()
-        decisions = schedule(view, self.policy)
-        self.stats.cpu_s += time.process_time() - began
-        self.stats.rounds += 1
-        for decision in decisions:
-            if isinstance(decision, Start):
-                self._start(decision, now)
-            elif isinstance(decision, Preempt):
-                self._preempt(decision, now)
-            elif isinstance(decision, Defer) and decision.off_peak and decision.until_ms is not None:
-                self.jobs[decision.job_id].defer_until_ms = decision.until_ms
-                self._deferred[decision.job_id] = decision.until_ms
+
+    def start(self, d: Start, now_ms: int) -> bool:
+        self._start(d, now_ms)
+        return True
+
+    def notice(self, d: Preempt, now_ms: int) -> bool:
+        self._preempt(d, now_ms)
+        return True
+
+    def defer(self, d: Defer, now_ms: int) -> None:
+        if d.off_peak and d.until_ms is not None:
+            self.jobs[d.job_id].defer_until_ms = d.until_ms
+            self._deferred[d.job_id] = d.until_ms
 
     def _attained(self, job_id: str, now: int) -> int:
         """GPU-ms of progress so far, at the speed of the job's fastest type (``las``, demotion)."""

@@ -1,8 +1,10 @@
-"""The live scheduling round: the same pure core as ``danlu simulate``, on the real clock, with
-the database as its state and the local executor as its hands.
+"""The live scheduling round: the same round as ``danlu simulate`` (:func:`danlu.scheduling.rounds.run_round`
+with :class:`LiveShell`), on the real clock, with the database as its state and the instance service as
+its hands.
 
-Each round reads the queue, the hosts' free GPUs (interactive rentals simply occupy theirs), the
-running job runs and the prices; asks :func:`danlu.scheduling.core.schedule`; and applies the
+Each round settles the jobs whose runs ended (:func:`danlu.scheduling.lifecycle.after_run`), reads
+the queue, the hosts' free GPUs (interactive rentals simply occupy theirs), the running job runs and
+the prices; asks :func:`danlu.scheduling.core.schedule`; and applies the
 decisions: Start → a job run (an instance on exactly the decided host, model and GPUs, metered
 like any rental at the plan's price); Preempt → a guaranteed notice (SIGTERM + the deadline file,
 then SIGKILL at the deadline; billed at the interruptible price meanwhile); Defer → the reason is
@@ -17,7 +19,6 @@ scaled to the others by FP32 TFLOPS (danlu.scheduling.speed); without one, the o
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -36,22 +37,15 @@ from danlu.core.errors import DanluError
 from danlu.db.models import Allocation as AllocationRow
 from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price, User
 from danlu.scheduling import jobs as jobsvc
-from danlu.scheduling.core import schedule
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
 from danlu.scheduling.lifecycle import notice_deadline
 from danlu.scheduling.model import PRIORITY_NORMAL, Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
 from danlu.scheduling.policies import get_policy
+from danlu.scheduling.rounds import RoundReport as RoundReport
+from danlu.scheduling.rounds import run_round
 from danlu.scheduling.speed import durations_from_reference
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RoundReport:
-    settled: int = 0  # jobs moved on because their run ended (or was cancelled while launching)
-    started: list[str] = field(default_factory=list)
-    preempted: list[str] = field(default_factory=list)
-    deferred: int = 0
 
 
 def _hosts(p: Platform) -> tuple[tuple[Host, ...], dict[str, tuple[int, str]]]:
@@ -235,32 +229,54 @@ def _usage(s: Session, now: int) -> dict[str, float]:
 
 
 def schedule_round(p: Platform) -> RoundReport:
-    """One round: first the jobs whose runs ended move on (jobs observe instances), then the
-    queue is scheduled; cheap when the queue is empty (one indexed query)."""
-    report = RoundReport()
-    report.settled = jobsvc.settle_runs(p)
-    with p.db.read() as s:
-        if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
-            return report
-    view, ids, rentals = _view(p)
-    if not view.queue:
-        return report
-    for decision in schedule(view, get_policy(p.settings.scheduler_policy)):
+    """One round (rounds.run_round, the simulator's too): first the jobs whose runs ended move on
+    (jobs observe instances), then the queue is scheduled; cheap when the queue is empty (one
+    indexed query)."""
+    return run_round(LiveShell(p), get_policy(p.settings.scheduler_policy), p.clock.now_ms())
+
+
+class LiveShell:
+    """The live server's :class:`~danlu.scheduling.rounds.Shell`: state in the database, decisions
+    carried out by the instance service (sandboxes or Slurm jobs, metered like any rental)."""
+
+    def __init__(self, p: Platform) -> None:
+        self.p = p
+        self.ids: dict[str, tuple[int, str]] = {}  # the view's host keys -> (host id, GPU model)
+        self.rentals: frozenset[str] = frozenset()  # running items of the view that are rentals
+
+    def settle(self, now_ms: int) -> int:
+        return jobsvc.settle_runs(self.p)
+
+    def view(self, now_ms: int) -> ClusterView | None:
+        with self.p.db.read() as s:
+            if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
+                return None
+        view, self.ids, self.rentals = _view(self.p)
+        return view if view.queue else None
+
+    def start(self, d: Start, now_ms: int) -> bool:
+        if d.parts:  # the live view never allows it (JobRequest.spread_ok): a run is one node
+            _note(self.p, d.job_id, "waiting: a gang spread over hosts is not run live")
+            return False
         try:
-            if isinstance(decision, Start):
-                host_id, model = ids[decision.host_id]
-                start_run(p, decision.job_id, host_id, model, decision.gpus, decision.plan.value, decision.reason)
-                report.started.append(decision.job_id)
-            elif isinstance(decision, Preempt):
-                preempt = preempt_rental if decision.job_id in rentals else preempt_run
-                preempt(p, decision.job_id, decision.notice_deadline_ms, decision.reason)
-                report.preempted.append(decision.job_id)
-            elif isinstance(decision, Defer):
-                _note(p, decision.job_id, decision.reason)
-                report.deferred += 1
+            host_id, model = self.ids[d.host_id]
+            start_run(self.p, d.job_id, host_id, model, d.gpus, d.plan.value, d.reason)
         except DanluError as exc:  # e.g. the user's balance no longer covers a minute: wait in the queue
-            _note(p, decision.job_id, f"waiting: {exc.message}")
-    return report
+            _note(self.p, d.job_id, f"waiting: {exc.message}")
+            return False
+        return True
+
+    def notice(self, d: Preempt, now_ms: int) -> bool:
+        preempt = preempt_rental if d.job_id in self.rentals else preempt_run
+        try:
+            preempt(self.p, d.job_id, d.notice_deadline_ms, d.reason)
+        except DanluError as exc:
+            _note(self.p, d.job_id, f"waiting: {exc.message}")
+            return False
+        return True
+
+    def defer(self, d: Defer, now_ms: int) -> None:
+        _note(self.p, d.job_id, d.reason)
 
 
 def _note(p: Platform, job_id: str, reason: str) -> None:
