@@ -83,9 +83,7 @@ def test_the_engine_frees_every_part_and_the_simulator_charges_the_slowdown() ->
 
 
 def test_a_spread_gang_can_be_preempted_and_frees_the_host_it_is_wanted_on() -> None:
-    spread = Allocation(
-        "low", "u", "v0", "V100", 8, 0, 100 * H, priority=0, parts=(("v0", 4), ("v1", 4))
-    )
+    spread = Allocation("low", "u", "v0", "V100", 8, 0, 100 * H, priority=0, parts=(("v0", 4), ("v1", 4)))
     hosts = (Host("v0", "V100", 4, 0), Host("v1", "V100", 4, 0))
     high = JobRequest("high", "u", 4, 0, {"V100": H}, seq=1, priority=2)
     decisions = schedule(_view(high, hosts, (spread,)), DANLU)
