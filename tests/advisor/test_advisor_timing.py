@@ -78,3 +78,31 @@ def test_single_gpu_accuracy_on_held_back_lambda_rows() -> None:
     errs = [e for o, e in acc.leave_one_gpu_out(obs) if o.gpu_count == 1]
     assert quantile(errs, 0.5) <= 0.15  # target of issue 4 (median), met on single-GPU rows
     assert quantile(errs, 0.9) <= 0.35  # target p90, met on single-GPU rows
+
+
+def test_lambda_gpu_counts_and_super_linear_rows() -> None:
+    """Lambda's v2 rows name a machine count before the GPU's ("LambdaOD_4x_Texas_1xH100_…"): they measure
+    one H100, and read as four they scored as 75 % errors at "4 GPUs" (the all-rows p90 was 52.6 %)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import advisor_accuracy as acc
+
+    assert acc._count("LambdaOD_4x_Texas_1xH100_80GB_SXM5_192-222-52-139_v2", None) == 1
+    assert acc._count("ASUS_8xH200_140GB_SXM_lambda-scalar_v2", None) == 8
+    assert acc._count("Dell 8x H100 80GB SXM5", None) == 8
+    assert acc._count("2x RTX A6000", "2.0") == 2 and acc._count("RTX 4090", None) == 1
+    one = Observation("H100-80GB", 1, "fp32", "ncf", 66.0, "f")
+    ok = Observation("H100-80GB", 4, "fp32", "ncf", 250.0, "f")
+    wild = Observation("H100-80GB", 4, "fp32", "ncf", 10_433.0, "f")
+    assert acc.implausible([one, ok, wild]) == [wild]
+
+
+def test_all_rows_accuracy_on_held_back_lambda_rows() -> None:
+    if not (DATA / "lambda_benchmarks").is_dir():
+        pytest.skip(f"{DATA} missing: clone the repo with shared/ beside it to run the accuracy check")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import advisor_accuracy as acc
+
+    obs = acc.load_lambda(DATA)
+    obs = [o for o in obs if o not in acc.implausible(obs)]
+    errs = [e for _, e in acc.leave_one_gpu_out(obs)]
+    assert quantile(errs, 0.9) <= 0.35  # 32.7 % measured (52.6 % before the count fix); issue 11's goal: 25 %
