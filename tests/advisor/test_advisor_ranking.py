@@ -173,4 +173,5 @@ def test_compare_lists_an_instance_once_with_its_regions_as_advise_does() -> Non
     keys = [(r["provider"], r["instance_type"], r["price_per_hour"], r["as_of"]) for r in rows]
     assert len(keys) == len(set(keys))
     lambda_a10 = next(r for r in rows if r["instance_type"] == "gpu_1x_a10")
-    assert "more)" in lambda_a10["region"]  # "europe-central-1 (+N more)"
+    assert len(lambda_a10["regions"]) > 1 and lambda_a10["region"] == lambda_a10["regions"][0]
+    assert " " not in lambda_a10["region"]  # a region code, not a display string

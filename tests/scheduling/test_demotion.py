@@ -115,3 +115,10 @@ def test_no_demotion_in_a_closed_batch_of_several_jobs() -> None:
     assert not [d for d in schedule(view, DANLU) if isinstance(d, Preempt)]
     open_stream = replace(view, queue=(small, replace(other, submit_ms=NOW - 400 * H)))
     assert [d.job_id for d in schedule(open_stream, DANLU) if isinstance(d, Preempt)] == ["giant"]
+
+
+def test_on_demand_work_never_makes_way_for_interruptible_work() -> None:
+    cheap = JobRequest("small", "u2", 8, NOW - 600_000, {"K80": 2 * H}, seq=7, interruptible=True)
+    assert not [d for d in schedule(_view(_giant(), cheap), DANLU) if isinstance(d, Preempt)]
+    spot_giant = _giant(interruptible=True)  # an interruptible giant may make way for either
+    assert [d.job_id for d in schedule(_view(spot_giant, cheap), DANLU) if isinstance(d, Preempt)] == ["giant"]

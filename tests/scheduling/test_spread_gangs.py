@@ -38,7 +38,14 @@ def test_an_8_gpu_gang_spreads_over_two_4_gpu_hosts_at_the_slowdown() -> None:
 def test_a_gang_that_does_not_allow_it_stays_on_one_host() -> None:
     decisions = schedule(_view(replace(WIDE, spread_ok=False)), DANLU)
     assert not [d for d in decisions if isinstance(d, Start)]
-    assert [d.job_id for d in decisions if isinstance(d, Defer)] == ["wide"]
+    assert [(d.job_id, d.reason) for d in decisions if isinstance(d, Defer)] == [
+        ("wide", "no host can ever hold this gang")
+    ]
+    busy = (HOSTS[0], replace(HOSTS[1], free_gpus=2), HOSTS[2])  # 6 V100s free: not enough even spread
+    decisions = schedule(_view(WIDE, busy), DANLU)
+    assert [(d.job_id, d.reason) for d in decisions if isinstance(d, Defer)] == [
+        ("wide", "waiting for enough GPUs of one model across hosts")
+    ]
 
 
 def test_one_host_with_room_beats_a_spread() -> None:
@@ -95,3 +102,20 @@ def test_placeable_counts_a_type_s_hosts_together_only_for_a_spreadable_gang() -
     assert not placeable(hosts, replace(WIDE, spread_ok=False))
     assert placeable(hosts, WIDE)
     assert not placeable(hosts, replace(WIDE, gpus=9))
+
+
+def test_policies_that_never_spread_are_not_told_a_wide_gang_fits() -> None:
+    """fifo, backfill and las place a gang on one host: with --spread a gang wider than every host
+    must be reported unplaceable for them, not queued forever (fifo would block behind it)."""
+    from danlu.scheduling.simulator import SimSetup, simulate, summarize
+    from danlu.scheduling.speed import ThroughputTable
+
+    setup = SimSetup(HOSTS[:2], PRICES, 0, ThroughputTable(), "V100")
+    wide = replace(WIDE, durations_ms={"V100": H})
+    small = JobRequest("small", "u", 1, 1, {"V100": H}, seq=2)
+    for name, done, unplaceable in (("fifo", 1, 1), ("backfill", 1, 1), ("danlu", 2, 0)):
+        engine = simulate(setup, [wide, small], name)
+        s = summarize(engine, setup, name)
+        assert (s["jobs_completed"], s["jobs_unplaceable"]) == (done, unplaceable), name
+    las = simulate(setup, [wide, small], "las")
+    assert summarize(las, setup, "las")["unplaceable"] == ["wide"]

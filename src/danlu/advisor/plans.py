@@ -59,6 +59,7 @@ class Source:
     source: str = ""  # where the price comes from (the catalog row's source; "this platform")
     outlier: bool = False  # the catalog flags this rate as far below the other providers' median
     instance_type: str = ""  # the catalog row's instance type (tells a PCIe A100 from an SXM one); may be empty
+    regions: tuple[str, ...] = ()  # every region with these terms, when several collapse into one row
 
 
 @dataclass(frozen=True, slots=True)

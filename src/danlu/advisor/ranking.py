@@ -162,6 +162,7 @@ def catalog_sources(catalog: PriceCatalog, include_outliers: bool = False) -> li
                 source=src.source,
                 outlier=src.outlier,
                 instance_type=src.instance_type,
+                regions=tuple(regions),
             )
         )
     return out

@@ -162,7 +162,8 @@ def compare(
         rows.append(
             {
                 "provider": r.provider,
-                "region": r.region,
+                "region": r.regions[0] if r.regions else r.region,  # a region code, the first of them
+                "regions": list(r.regions or (r.region,)),
                 "gpu_model": r.gpu_model,
                 "instance_type": r.instance_type,
                 "gpus_billed": billed,

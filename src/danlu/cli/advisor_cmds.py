@@ -355,7 +355,7 @@ def compare(
         return
     flag = [("flag", "flag")] if any(r["outlier"] for r in rows[:30]) else []
     print_table(
-        [{**r, "flag": "OUTLIER" if r["outlier"] else ""} for r in rows[:30]],
+        [{**r, "flag": "OUTLIER" if r["outlier"] else "", "region": _regions(r["regions"])} for r in rows[:30]],
         [
             ("provider", "provider"),
             ("region", "region"),
@@ -416,3 +416,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(advise_app, name="advise")
     app.command("compare")(compare)
     app.add_typer(prices_app, name="prices")
+
+
+def _regions(regions: list[str]) -> str:
+    """ "europe-central-1 (+16 more)" for an instance sold at one price in several regions."""
+    return regions[0] if len(regions) == 1 else f"{regions[0]} (+{len(regions) - 1} more)"

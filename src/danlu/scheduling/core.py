@@ -121,6 +121,8 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             start, finish, _, host = option
             timeline.reserve(host, start, finish, job.gpus)
             decisions.append(Defer(job.id, start, "GPUs reserved at the estimated start"))
+        elif can_reserve and job.spread_ok and job.gpus > 1:  # no reservation is made for a future spread
+            decisions.append(Defer(job.id, None, "waiting for enough GPUs of one model across hosts"))
         elif can_reserve:
             decisions.append(Defer(job.id, None, "no host can ever hold this gang"))
     if policy.migrate and free_left > 0 and view.running:

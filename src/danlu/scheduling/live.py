@@ -63,8 +63,9 @@ def _hosts(p: Platform) -> tuple[tuple[Host, ...], dict[str, tuple[int, str]]]:
     return tuple(hosts), ids
 
 
-def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozenset[str]]:
-    """The core's view, the host keys' (host id, model), and which running items are rentals."""
+def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tuple[int, str]], frozenset[str]]:
+    """The core's view, the host keys' (host id, model), and which running items are rentals.
+    ``demote``: the policy demotes by attained service, so whether running jobs checkpoint matters."""
     hosts, ids = _hosts(p)
     now = p.clock.now_ms()
     default_ms = p.settings.job_default_duration_s * 1000
@@ -83,25 +84,23 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
         for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
             if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
                 continue
-            allowed = [t for t in job.gpu_types.split(",") if t] or sorted(models_here)
-            allowed = [m for m in allowed if m in models_here and (m, Plan.ON_DEMAND) in prices]
-            if not allowed:
+            durations = _durations(job, models_here, prices, default_ms)
+            if not durations:
                 continue
-            est = (job.est_duration_s or 0) * 1000 or default_ms
-            durations = durations_from_reference(est, allowed[0], allowed)
+            attained = _attained(s, job, durations, now) if job.attempts else 0
             queue.append(
                 JobRequest(
                     id=job.id,
                     user=str(job.user_id),
                     gpus=job.gpus,
                     submit_ms=job.submit_ms,
-                    durations_ms=durations,
+                    durations_ms=_left(durations, attained, job.gpus),  # from its progress, as simulated
                     priority=job.priority,
                     interruptible=job.interruptible,
                     max_price_minor=job.max_price_minor,
                     deadline_ms=job.deadline_ms,
                     seq=job.seq,
-                    attained_ms=_attained(s, job, durations, now) if job.attempts else 0,
+                    attained_ms=attained,
                 )
             )
         running = []
@@ -111,8 +110,9 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
             .join(AllocationRow, AllocationRow.id == Instance.current_allocation_id)
             .where(Job.status.in_([jobsvc.RUNNING, jobsvc.STOPPING]))
         ).all():
-            est = (job.est_duration_s or 0) * 1000 or default_ms
-            allowed = [t for t in job.gpu_types.split(",") if t] or [inst.gpu_model]
+            durations = _durations(job, models_here, prices, default_ms) or {inst.gpu_model: default_ms}
+            attained = _attained(s, job, durations, now)
+            here = _left(durations, attained, job.gpus).get(inst.gpu_model, default_ms)
             running.append(
                 Allocation(
                     job_id=job.id,
@@ -121,12 +121,12 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
                     gpu_model=inst.gpu_model,
                     gpus=inst.gpu_count,
                     start_ms=alloc.started_at_ms,
-                    est_end_ms=max(now + 1000, alloc.started_at_ms + est),
+                    est_end_ms=now + max(1000, here),
                     priority=job.priority,
                     interruptible=job.interruptible,
                     stopping_at_ms=job.notice_deadline_ms,
-                    attained_ms=_attained(s, job, durations_from_reference(est, allowed[0], allowed), now),
-                    checkpoints=_has_checkpoint(p, job.id),
+                    attained_ms=attained,
+                    checkpoints=demote and _has_checkpoint(p, job.id),  # read only when it can matter
                 )
             )
         rentals = _interruptible_rentals(s, now, default_ms)
@@ -143,6 +143,24 @@ def _view(p: Platform) -> tuple[ClusterView, dict[str, tuple[int, str]], frozens
         usage=usage,
     )
     return view, ids, frozenset(r.job_id for r in rentals)
+
+
+def _durations(job: Job, models_here: set[str], prices: dict[tuple[str, Plan], int], default_ms: int) -> dict[str, int]:
+    """The job's whole run time on each GPU model it may use here (its ``--est-duration`` taken as
+    measured on its first listed type, scaled by specs); empty when none is here and priced."""
+    allowed = [t for t in job.gpu_types.split(",") if t] or sorted(models_here)
+    allowed = [m for m in allowed if m in models_here and (m, Plan.ON_DEMAND) in prices]
+    if not allowed:
+        return {}
+    return durations_from_reference((job.est_duration_s or 0) * 1000 or default_ms, allowed[0], allowed)
+
+
+def _left(durations: dict[str, int], attained_ms: int, gpus: int) -> dict[str, int]:
+    """Run time left on each model after ``attained_ms`` of service (GPU-ms at the fastest model's
+    speed), as the simulator scales a resumed job's durations by its remaining work."""
+    fastest = min(durations.values())
+    done = min(1.0, attained_ms / (fastest * gpus)) if fastest > 0 and gpus > 0 else 0.0
+    return {m: max(1000, round(d * (1.0 - done))) for m, d in durations.items()}
 
 
 def _attained(s: Session, job: Job, durations: dict[str, int], now: int) -> int:
@@ -251,7 +269,8 @@ class LiveShell:
         with self.p.db.read() as s:
             if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
                 return None
-        view, self.ids, self.rentals = _view(self.p)
+        demote = get_policy(self.p.settings.scheduler_policy).demote_after_ms is not None
+        view, self.ids, self.rentals = _view(self.p, demote)
         return view if view.queue else None
 
     def start(self, d: Start, now_ms: int) -> bool:

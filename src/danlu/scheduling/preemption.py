@@ -38,6 +38,8 @@ class Demotion:
     def allows(self, victim: Allocation, job: JobRequest) -> bool:
         if victim.stopping_at_ms is not None or not victim.checkpoints or victim.priority != job.priority:
             return False
+        if job.interruptible and not victim.interruptible:
+            return False  # on-demand work never makes way for cheaper interruptible work
         if victim.attained_ms < self.after_ms or job.attained_ms >= self.after_ms:
             return False
         if self.now_ms - victim.start_ms < self.min_slice_ms:

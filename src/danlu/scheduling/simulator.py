@@ -17,7 +17,7 @@ from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 from danlu.scheduling.engine import Engine, ExecEvent
 from danlu.scheduling.model import Host, JobRequest
-from danlu.scheduling.policies import get_policy
+from danlu.scheduling.policies import Policy, get_policy
 from danlu.scheduling.speed import ThroughputTable, durations_from_reference, durations_from_steps
 from danlu.scheduling.traces import TraceJob
 
@@ -138,6 +138,12 @@ def estimate_rates(table: ThroughputTable, job_type: str, gpus: int) -> dict[str
     return {model: rate * gpus / counts[0] for model, rate in base.items()}
 
 
+def spreads(policy: Policy) -> bool:
+    """Whether the policy may start a gang spread over hosts (core._choose does for danlu and
+    danlu-cost; the "any" choice of fifo/backfill and the las baseline do not)."""
+    return policy.choice != "any" and policy.order != "las"
+
+
 def placeable(hosts: Iterable[Host], request: JobRequest) -> bool:
     """Whether some host could ever hold the whole gang on a type it can run on (or, for a gang
     that may spread over hosts, the hosts of one such type together)."""
@@ -166,6 +172,8 @@ def simulate(
     its own round. ``seed`` changes the random type pick of fifo/backfill. ``progress(jobs finished,
     jobs, virtual now)`` is called after every round (a CLI's status line)."""
     policy = replace(get_policy(policy_name, simulator=True), seed=seed)
+    if not spreads(policy):  # fifo, backfill and las place a gang on one host: never count a type's hosts together
+        requests = [replace(r, spread_ok=False) if r.spread_ok else r for r in requests]
     notice_ms = policy.notice_ms if policy.notice_ms is not None else notice_ms
     round_ms = round_ms or policy.round_ms or DEFAULT_ROUND_MS
     clock = FakeClock(setup.start_ms)

@@ -192,7 +192,8 @@ def post_advice(body: AdviceRequest, offers: OffersDep, plans: PlansDep) -> Advi
 
 class CompareRow(BaseModel):
     provider: str
-    region: str
+    region: str = Field(description="a region with this price (the first of `regions`)")
+    regions: list[str] = Field(description="every region with the same instance, price and date")
     gpu_model: str
     instance_type: str
     gpus_billed: int
