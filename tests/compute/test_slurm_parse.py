@@ -123,3 +123,65 @@ def test_gpus_other_users_jobs_hold_are_counted_per_node_and_model() -> None:
         JobRecord("5", "cpu", "RUNNING", 1, None, "", "dev0", gres="N/A"),
     ]
     assert held_by_others(jobs, {"a100": "A100-80GB"}) == {("dev0", "A100-80GB"): 2, ("dev1", "A100-80GB"): 1}
+
+
+def test_a_slurm_node_runner_never_sweeps_another_runs_cgroup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runners of concurrent Slurm jobs on one node share the cgroup tree, each knowing only its own
+    run. The local backend's sweep (empty groups no run here knows) removed a group another runner had
+    just created, before it attached: that rental exited with code 1 at once (the twenty-concurrent
+    Slurm test failed about one run in eight). The runner's backend does not sweep."""
+    import json as _json
+    from types import SimpleNamespace
+
+    from danlu.compute.backends import slurm_node
+    from danlu.compute.backends.local import LocalBackend
+    from danlu.compute.sandbox import probe
+
+    removed: list[str] = []
+    cgroups = SimpleNamespace(
+        names=lambda: ["someone-elses-run"], procs=lambda name: [], remove=lambda name: removed.append(name) or True
+    )
+    sandbox = SimpleNamespace(cgroups=cgroups, disk_check_s=15.0)
+    server_side = LocalBackend(tmp_path, sandbox)  # type: ignore[arg-type]
+    server_side.poll([])
+    assert removed == ["someone-elses-run"]  # where one process owns every run, leftovers are swept
+
+    made: list[LocalBackend] = []
+
+    def fake_make(data_dir: Path, **kw: object) -> tuple[LocalBackend, None]:
+        backend = LocalBackend(data_dir, sandbox)  # type: ignore[arg-type]
+        made.append(backend)
+        backend.launch = lambda spec: (_ for _ in ()).throw(RuntimeError("stop here"))  # type: ignore[method-assign]
+        return backend, None
+
+    monkeypatch.setattr(probe, "make_local_backend", fake_make)
+    spec = tmp_path / "run.spec.json"
+    node = {"spec": _json.loads(spec_to_json(_spec(()))), "data_dir": str(tmp_path), "sandboxed": True}
+    spec.write_text(_json.dumps(node))
+    with pytest.raises(RuntimeError, match="stop here"):
+        slurm_node.main(["slurm_node", str(spec)])
+    assert made and made[0].sweeps is False
+    removed.clear()
+    made[0].poll([])
+    assert removed == []
+
+
+def test_a_run_whose_node_runner_failed_says_so(tmp_path: Path) -> None:
+    """The runner's own errors go to RUN.node-err (not /dev/null); a run that failed there reads "the
+    node could not start the run's sandbox", not "command exited with code 1"."""
+    from danlu.compute.backends.base import RunState
+    from danlu.compute.backends.slurm import SlurmBackend, SlurmConfig
+
+    backend = SlurmBackend(tmp_path, SlurmConfig(partition="gpu"))
+    args = backend.sbatch_args(_spec(()), tmp_path / "runs" / "i-1" / "i-1.sbatch")
+    assert f"--error={tmp_path / 'runs' / 'i-1' / 'i-1.node-err'}" in args
+    h = {"run": "i-1", "log": "i-1", "job": 7}
+    path = tmp_path / "runs" / "i-1" / "i-1.node-err"
+    path.parent.mkdir(parents=True)
+    exited = RunState("exited", 1, 1_000, "")
+    assert backend._node_failure(h, exited) == exited  # no file: as Slurm says
+    path.write_text("Traceback (most recent call last):\n  ...\nFileNotFoundError: [Errno 2] /sys/fs/cgroup/x\n")
+    told = backend._node_failure(h, exited)
+    assert told.reason == "the node could not start the run's sandbox" and "/sys" not in told.reason
+    path.write_text("slurmstepd-dev0: error: *** JOB 7 ON dev0 CANCELLED AT 2026-12-05T10:36:40 ***\n")
+    assert backend._node_failure(h, exited) == exited

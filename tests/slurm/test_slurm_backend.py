@@ -225,27 +225,35 @@ def test_twenty_concurrent_rentals_for_the_last_free_gpu_get_exactly_one(slurm_l
             t.start()
         for t in threads:
             t.join()
-        # Seen twice under a loaded CI, on either database: all 20 answered no_capacity. What the
-        # cluster and the GPU rows looked like then is part of the message, for the next one to read.
-        assert sorted(results) == [(201, "running")] + [(409, "no_capacity")] * 19, (
-            results,
-            sorted(set(messages)),
-            _cluster_state(p),
-        )
+        # Seen under CI: all 20 answered no_capacity, or two got a GPU (one of the three above had
+        # exited, see below). What the cluster and the GPU rows looked like is part of the message.
+        if sorted(results) != [(201, "running")] + [(409, "no_capacity")] * 19:
+            listing = c.get("/instances").json()
+            events = [(i["id"], i["status"], c.get(f"/instances/{i['id']}/events").json()) for i in listing]
+            pytest.fail(f"{sorted(results)}\n{sorted(set(messages))}\n{events}\n{_cluster_state(p)}")
         backend = p.backend
         assert isinstance(backend, SlurmBackend)
-        ours = {f"danlu-{i['id']}" for i in c.get("/instances").json() if i["status"] == "running"}
-        assert len(ours) == 4
+        listing = c.get("/instances").json()
+        ours = {f"danlu-{i['id']}" for i in listing if i["status"] == "running"}
+        if len(ours) != 4:
+            events = [(i["id"], i["status"], c.get(f"/instances/{i['id']}/events").json()) for i in listing]
+            pytest.fail(f"{len(ours)} running\n{events}\n{_cluster_state(p)}")
 
         def running() -> set[str]:
             return {j.name for j in backend.cli.squeue().values() if j.state == "RUNNING"} & ours
 
-        # Seen once under a loaded CI: 3 of the 4 RUNNING at the first look. Give squeue a moment, and
-        # say which one and what the cluster looked like if it stays so.
+        # A rental of the three above once exited at once (code 1): a concurrent node runner's cgroup
+        # sweep had removed its group before it attached (fixed: runners do not sweep). If one is ever
+        # missing again, say which, with its events, logs and the cluster's state.
         deadline = time.monotonic() + 15
         while running() != ours and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert running() == ours, (sorted(ours - running()), _cluster_state(p))
+        if running() != ours:
+            states = {j.name: (j.job_id, j.state, j.reason) for j in backend.cli.squeue().values() if j.name in ours}
+            detail = [(i["id"], c.get(f"/instances/{i['id']}/events").json()) for i in listing]
+            detail += [(i["id"], c.get(f"/instances/{i['id']}/logs").json()) for i in listing]
+            missing = sorted(ours - running())
+            pytest.fail(f"not RUNNING: {missing}\nsqueue: {states}\nevents: {detail}\n{_cluster_state(p)}")
 
 
 def test_a_job_preempted_with_notice_resumes_from_its_checkpoint(slurm_live: LiveServer) -> None:

@@ -118,6 +118,10 @@ class LocalBackend:
         self._net = NetCounter()
         self._net_misses: dict[str, int] = {}  # runs not (yet) found in a namespace of their own
         self._polls = 0
+        # remove empty run cgroups no run here knows (left by a crash). Off where several processes
+        # share the cgroups, each knowing only its own run (a Slurm node's runners: one would remove
+        # another's group between its create and its attach)
+        self.sweeps = True
 
     # -- paths --------------------------------------------------------------------------------
     def _run_dir(self, log_key: str) -> Path:
@@ -236,7 +240,7 @@ class LocalBackend:
                 }
             )
         self._polls += 1
-        if self.sandbox is not None and self.sandbox.cgroups is not None and self._polls % 60 == 1:
+        if self.sweeps and self.sandbox is not None and self.sandbox.cgroups is not None and self._polls % 60 == 1:
             self._sweep({h["run"] for h in parsed.values()})
         return out
 

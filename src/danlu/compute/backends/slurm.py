@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -163,6 +164,9 @@ def held_by_others(jobs: Iterable[JobRecord], models: dict[str, str]) -> dict[tu
     return held
 
 
+NODE_EXCEPTION = re.compile(r"^[A-Za-z_.]*(Error|Exception)\b.*:")  # the last line of a Python traceback
+
+
 def judge(job: JobRecord | None, seen_started: bool) -> RunState:
     """How a run stands by its job's record (pure). ``None``: Slurm no longer knows the job."""
     if job is None:
@@ -290,6 +294,7 @@ class SlurmBackend:
         self._down: str | None = None  # why the controller did not answer at the last poll
         self.strangers: set[str] = set()  # danlu-named jobs no run of ours knows (reported once each)
         self._held: dict[tuple[str, str], int] | None = None  # by other users' jobs, at the last poll
+        self._node_errors_told: set[Path] = set()
 
     # -- files --------------------------------------------------------------------------------
     def _run_dir(self, log_key: str) -> Path:
@@ -304,7 +309,9 @@ class SlurmBackend:
         partition = self.config.spot_partition if spec.interruptible else self.config.partition
         args = ["sbatch", "--parsable", "--hold", f"--job-name={JOB_PREFIX}{spec.run_id}", "--no-requeue"]
         args.append("--export=NONE")  # the server's environment stays on the server
-        args += ["--output=/dev/null", "--error=/dev/null", f"--chdir={script.parent}"]
+        # the command's own output goes to the run's log (the node runner writes it); the runner's own
+        # errors (a sandbox that could not be built) to a file beside it, for the operator
+        args += ["--output=/dev/null", f"--error={script.parent / spec.run_id}.node-err", f"--chdir={script.parent}"]
         if partition or self.config.partition:
             args.append(f"--partition={partition or self.config.partition}")
         if spec.host:
@@ -434,8 +441,26 @@ class SlurmBackend:
             job = jobs.get(str(h["job"]))
             if job is not None and job.job_id in codes:
                 job = JobRecord(**{**asdict(job), "exit_code": codes[job.job_id]})
-            out[handle] = judge(job, seen_started=not self.launching(str(h["run"])))
+            state = judge(job, seen_started=not self.launching(str(h["run"])))
+            if state.kind == "exited" and state.code not in (0, None) and not state.reason:
+                state = self._node_failure(h, state)
+            out[handle] = state
         return out
+
+    def _node_failure(self, h: dict[str, Any], state: RunState) -> RunState:
+        """A run whose node runner failed before the command ran (its own error file ends with a
+        Python exception) says so instead of "exited with code 1"; the detail is the operator's."""
+        path = self._file(h, "node-err")
+        try:
+            lines = [ln for ln in path.read_text(errors="replace")[-4096:].splitlines() if ln.strip()]
+        except OSError:
+            return state
+        if not lines or not NODE_EXCEPTION.match(lines[-1]):
+            return state
+        if path not in self._node_errors_told:
+            self._node_errors_told.add(path)
+            log.warning("run %s: the Slurm node could not start it: %s (%s)", h["run"], lines[-1], path)
+        return RunState(state.kind, state.code, state.ended_ms, "the node could not start the run's sandbox")
 
     def _report_strangers(self, jobs: dict[str, JobRecord], ours: set[str]) -> None:
         """A danlu-named job no run knows of is reported (never billed: no instance is made for it)."""
@@ -481,7 +506,7 @@ class SlurmBackend:
 
     def release(self, handle: str) -> None:
         h = json.loads(handle)
-        for suffix in ("spec.json", "sbatch", "usage", "exit", "started", "reason"):
+        for suffix in ("spec.json", "sbatch", "usage", "exit", "started", "reason", "node-err"):
             self._file(h, suffix).unlink(missing_ok=True)
 
     def discard(self, run_id: str) -> None:

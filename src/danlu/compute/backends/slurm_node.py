@@ -45,6 +45,9 @@ def main(argv: list[str]) -> int:
     job_gpus = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES", "")
     spec = replace(spec, devices=slurm_devices(spec, job_gpus))
     backend, _ = make_local_backend(data_dir, no_sandbox=not node["sandboxed"])
+    # this runner knows only its own run: sweeping the node's "unknown" empty cgroups removed the one a
+    # concurrent runner had just created, before it attached (its rental exited with code 1 at once)
+    backend.sweeps = False
     handle = backend.launch(spec)
     terminated = False
 
