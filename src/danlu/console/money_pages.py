@@ -72,7 +72,7 @@ def budgets(ctx: Page) -> Response:
 
 
 def _percent_used(spent: str, cap: str | None, currency: str) -> int | None:
-    """Spent as a whole percent of the cap, rounded half up, in minor units (no float on money)."""
+    """Spent as a whole percent of the cap, rounded half up, in integer minor units."""
     if not cap:
         return None
     cap_minor = parse_amount(cap, currency)

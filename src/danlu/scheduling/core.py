@@ -252,18 +252,18 @@ def _choose(
         options = [o for o in later if o is not None]
         return min(options, key=lambda o: (o[0], o[1])) if options else None
     options = []
-    spread = spreads is not None and job.spread_ok and job.gpus > 1
+    spread_into = spreads if job.spread_ok and job.gpus > 1 else None
     for model in models:
         duration = job.durations_ms[model]
         host = timeline.startable_now(model, job.gpus, duration)
         if host is not None:
             options.append((now, now + duration, model, host))
             continue
-        if spread and spreads is not None:
+        if spread_into is not None:
             slower = round(duration * view.spread_slowdown)
             parts = timeline.spread_now(model, job.gpus, slower)
             if parts is not None:
-                spreads[model] = parts
+                spread_into[model] = parts
                 options.append((now, now + slower, model, SPREAD))
         if can_reserve:
             option = _earliest(timeline, job, model)
@@ -369,9 +369,7 @@ def _preempt(
     if plan is None:
         return False
     for victim in plan.victims:
-        decisions.append(
-            Preempt(victim.job_id, victim.host_id, deadline, job.id, _preempt_reason(victim, job, view.now_ms))
-        )
+        decisions.append(Preempt(victim.job_id, victim.host_id, deadline, job.id, _preempt_reason(victim, job)))
     duration = job.durations_ms[plan.gpu_model]
     timeline.reserve(plan.host_id, plan.ready_ms, plan.ready_ms + duration, job.gpus)
     decisions.append(Defer(job.id, plan.ready_ms, "waiting for preempted GPUs after their notice"))
@@ -384,7 +382,7 @@ def _start_reason(policy: Policy, blocked: int) -> str:
     return f"placed by {policy.name}"
 
 
-def _preempt_reason(victim: Allocation, job: JobRequest, now: int) -> str:
+def _preempt_reason(victim: Allocation, job: JobRequest) -> str:
     if victim.priority < job.priority:
         return f"preempted with notice for higher-priority job {job.id}"
     if victim.interruptible and not job.interruptible:

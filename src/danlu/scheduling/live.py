@@ -19,6 +19,7 @@ scaled to the others by FP32 TFLOPS (danlu.scheduling.speed); without one, the o
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -79,6 +80,7 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
                 prices[(pr.gpu_model, Plan.INTERRUPTIBLE)] = pr.interruptible_price_per_hour_minor
         book_tariffs = current_tariffs(s, now)
         models_here = {h.gpu_model for h in hosts}
+        runs = _runs(s)
         queue = []
         suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
         for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
@@ -87,7 +89,7 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
             durations = _durations(job, models_here, prices, default_ms)
             if not durations:
                 continue
-            attained = _attained(s, job, durations, now) if job.attempts else 0
+            attained = _attained(runs.get(job.id, ()), durations, now)
             queue.append(
                 JobRequest(
                     id=job.id,
@@ -111,7 +113,7 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
             .where(Job.status.in_([jobsvc.RUNNING, jobsvc.STOPPING]))
         ).all():
             durations = _durations(job, models_here, prices, default_ms) or {inst.gpu_model: default_ms}
-            attained = _attained(s, job, durations, now)
+            attained = _attained(runs.get(job.id, ()), durations, now)
             here = _left(durations, attained, job.gpus).get(inst.gpu_model, default_ms)
             running.append(
                 Allocation(
@@ -163,16 +165,35 @@ def _left(durations: dict[str, int], attained_ms: int, gpus: int) -> dict[str, i
     return {m: max(1000, round(d * (1.0 - done))) for m, d in durations.items()}
 
 
-def _attained(s: Session, job: Job, durations: dict[str, int], now: int) -> int:
+Run = tuple[str, int, int, int | None]  # (GPU model, GPUs, allocation start, end or None while running)
+
+
+def _runs(s: Session) -> dict[str, list[Run]]:
+    """Every allocation of every queued or running job that has run before, by job: one query per
+    round, not one per job."""
+    out: dict[str, list[Run]] = {}
+    for job_id, model, gpus, start, end in s.execute(
+        select(
+            Instance.job_id,
+            Instance.gpu_model,
+            AllocationRow.gpu_count,
+            AllocationRow.started_at_ms,
+            AllocationRow.ended_at_ms,
+        )
+        .join(AllocationRow, AllocationRow.instance_id == Instance.id)
+        .join(Job, Job.id == Instance.job_id)
+        .where(Job.status.in_([jobsvc.QUEUED, jobsvc.RUNNING, jobsvc.STOPPING]), Job.attempts > 0)
+    ).all():
+        out.setdefault(str(job_id), []).append((str(model), int(gpus), int(start), end))
+    return out
+
+
+def _attained(runs: Iterable[Run], durations: dict[str, int], now: int) -> int:
     """The job's service so far, as the simulator counts it: GPU-ms of its runs, each weighed by its
     GPU model's speed relative to the job's fastest (an hour on a slow type counts for less)."""
     fastest = min(durations.values(), default=0)
     total = 0.0
-    for model, gpus, start, end in s.execute(
-        select(Instance.gpu_model, AllocationRow.gpu_count, AllocationRow.started_at_ms, AllocationRow.ended_at_ms)
-        .join(AllocationRow, AllocationRow.instance_id == Instance.id)
-        .where(Instance.job_id == job.id)
-    ).all():
+    for model, gpus, start, end in runs:
         there = durations.get(model) or fastest
         if there > 0:
             total += gpus * max(0, (end if end is not None else now) - start) * fastest / there

@@ -2,7 +2,7 @@
 
 A running allocation may be preempted for a queued job only if it has lower priority, or is
 interruptible while the queued job is not (at equal or lower priority), or, under a policy that
-demotes by attained service (:func:`may_demote`), it checkpoints, has had its share of service and
+demotes by attained service (:class:`Demotion`), it checkpoints, has had its share of service and
 its slice, and the queued job is small and has had little. Victims on a host are taken lowest
 priority first, then plain preemptions before demotions, then most service attained first, then
 most recently started (least work lost); the host needing the fewest victim GPUs wins. Every
@@ -137,6 +137,4 @@ class Preemptor:
 
 def _on(alloc: Allocation, host_id: str) -> int:
     """GPUs ``alloc`` holds on ``host_id`` (all of them unless its gang is spread over hosts)."""
-    if not alloc.parts:
-        return alloc.gpus
-    return sum(n for h, n in alloc.parts if h == host_id)
+    return sum(n for h, n in alloc.placed if h == host_id)

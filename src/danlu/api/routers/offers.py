@@ -33,7 +33,7 @@ async def get_offers(  # a memo hit on the event loop, a miss in the thread pool
         body = await run_in_threadpool(
             render_offers,
             p,
-            lambda os: OFFERS.dump_json([OfferOut.of(o) for o in os]),
+            _json,
             gpu,
             min_vram,
             max_price,
