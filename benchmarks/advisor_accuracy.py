@@ -156,14 +156,15 @@ def write_factors(factors: dict[tuple[str, str], Factors], path: Path = FACTORS_
         "# Utilisation factors of the advisor's time model, fitted by benchmarks/advisor_accuracy.py",
         f"# --write-factors on all rows of {SOURCE} (measured facts, no licence file).",
         "# t_sample = c_matrix/matrix_TFLOPS + c_vector/fp32_TFLOPS + c_memory/mem_bw_GBps;",
-        "# scaling: per-GPU efficiency at N GPUs as N:eff pairs separated by ';': the median of the rows at each N,",
-        "# made non-increasing in N and at most 1.0 by a weighted isotonic fit (calibration.monotone_points).",
+        "# scaling: GPU:N:eff triples separated by ';': each GPU model's median per-GPU efficiency at N GPUs, as",
+        "# measured; a GPU scales as the most similar GPU measured at each N (its own first), made non-increasing",
+        "# in N and at most 1.0 by an isotonic fit (calibration.scaling_points, calibration.monotone_points).",
         "workload,precision,c_matrix,c_vector,c_memory,scaling,rows",
     ]
     for (w, p), f in sorted(factors.items()):
         lines.append(
             f"{w},{p},{f.c_matrix:.6g},{f.c_vector:.6g},{f.c_memory:.6g},"
-            + ";".join(f"{n}:{e}" for n, e in f.scaling)
+            + ";".join(f"{g}:{n}:{e}" for g, n, e in f.scaling)
             + f",{f.rows}"
         )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

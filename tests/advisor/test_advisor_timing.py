@@ -105,4 +105,6 @@ def test_all_rows_accuracy_on_held_back_lambda_rows() -> None:
     obs = acc.load_lambda(DATA)
     obs = [o for o in obs if o not in acc.implausible(obs)]
     errs = [e for _, e in acc.leave_one_gpu_out(obs)]
-    assert quantile(errs, 0.9) <= 0.35  # 32.7 % measured (52.6 % before the count fix); issue 11's goal: 25 %
+    # 26.8 % measured with each GPU scaled as its most similar measured GPU (32.7 % with one median curve for
+    # every GPU, 52.6 % before the count fix); issue 11's goal: 25 %
+    assert quantile(errs, 0.9) <= 0.28

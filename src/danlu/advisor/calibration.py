@@ -9,10 +9,14 @@ resource of the GPU (a "roofline sum"):
 ``fp32_tflops`` the plain ALU peak (elementwise work, normalisation) and ``mem_bw`` the memory
 bandwidth. The three non-negative coefficients are fitted per (workload, precision) by least
 squares on *relative* error, so a slow GPU's rows weigh as much as a fast one's. Scaling over
-N GPUs: the per-GPU efficiency measured at 2/4/8 GPUs (median over GPU models), made monotone
-non-increasing and at most 1.0 by an isotonic fit (issue 11: medians of a few machines rose past
-8 GPUs, NCF's above 24), interpolated in log2 N and extrapolated with the average loss per
-doubling. The interconnect (advisor/interconnect.py) is charged on top, by the advisor.
+N GPUs: each GPU model's median per-GPU efficiency at each count it was measured at is kept; a GPU
+scales as the most similar GPU measured at that count (its own measurements first; similarity =
+dense fp16 matrix peak and memory bandwidth, ``spec_distance``), made monotone non-increasing and at
+most 1.0 by an isotonic fit (issue 11: medians of a few machines rose past 8 GPUs, NCF's above 24),
+interpolated in log2 N and extrapolated with the average loss per doubling. One median over every
+GPU measured put the scaling of old V100/A100 machines on H100s and H200s, which scale near 1.0 on
+every one of eight vendors' machines. The interconnect (advisor/interconnect.py) is charged on top,
+by the advisor.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ class Factors:
     c_matrix: float
     c_vector: float
     c_memory: float
-    scaling: tuple[tuple[int, float], ...]  # (gpu_count, efficiency) measured, ascending counts
+    # (gpu_model, gpu_count, median per-GPU efficiency) measured, as fitted: not capped, not made monotone
+    scaling: tuple[tuple[str, int, float], ...]
     rows: int
 
 
@@ -71,6 +76,28 @@ def matrix_tflops(model: GpuModel, precision: str) -> float:
 
 def features(model: GpuModel, precision: str) -> tuple[float, float, float]:
     return (1.0 / matrix_tflops(model, precision), 1.0 / model.fp32_tflops, 1.0 / model.mem_bw_gbps)
+
+
+def spec_distance(a: GpuModel, b: GpuModel) -> float:
+    """How unlike two GPU models are, for borrowing a measured scaling curve: |ln| of the ratio of their dense
+    fp16 matrix peaks plus |ln| of the ratio of their memory bandwidths (0 for the same specs)."""
+    fp16 = matrix_tflops(a, "fp16") / matrix_tflops(b, "fp16")
+    return abs(math.log(fp16)) + abs(math.log(a.mem_bw_gbps / b.mem_bw_gbps))
+
+
+def scaling_points(factors: Factors, model: GpuModel, models: dict[str, GpuModel]) -> tuple[tuple[int, float], ...]:
+    """The scaling curve of ``model``: at each GPU count measured on any GPU, the efficiency measured on the GPU
+    most similar to ``model`` (``spec_distance``; its own when measured; ties by name), made non-increasing
+    and at most 1.0 (``monotone_points``). GPU models not in ``models`` are ignored."""
+    nearest: dict[int, tuple[float, str, float]] = {}
+    for name, n, eff in factors.scaling:
+        other = models.get(name)
+        if other is None:
+            continue
+        cand = (spec_distance(other, model), name, eff)
+        if n not in nearest or cand < nearest[n]:
+            nearest[n] = cand
+    return monotone_points([(n, nearest[n][2]) for n in sorted(nearest)])
 
 
 def monotone_points(
@@ -122,11 +149,12 @@ def scaling_efficiency(points: Sequence[tuple[int, float]], gpu_count: int) -> f
     return max(min(0.3, e1), e1 + slope * (x - x1))
 
 
-def predict(factors: Factors, model: GpuModel, gpu_count: int) -> float:
-    """Predicted throughput (samples/s) of ``gpu_count`` GPUs of ``model``."""
+def predict(factors: Factors, model: GpuModel, gpu_count: int, models: dict[str, GpuModel]) -> float:
+    """Predicted throughput (samples/s) of ``gpu_count`` GPUs of ``model``; ``models`` holds the specs of the
+    GPUs whose scaling was measured."""
     fm, fv, fb = features(model, factors.precision)
     seconds = factors.c_matrix * fm + factors.c_vector * fv + factors.c_memory * fb
-    return gpu_count * scaling_efficiency(factors.scaling, gpu_count) / seconds
+    return gpu_count * scaling_efficiency(scaling_points(factors, model, models), gpu_count) / seconds
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -175,7 +203,7 @@ def fit(observations: Iterable[Observation], models: dict[str, GpuModel]) -> dic
 
     Single-GPU rows fit the three coefficients (each GPU model weighs the same in total, so a
     GPU measured twenty times does not dominate); multi-GPU rows of models that also have a
-    single-GPU row fit the scaling constant ``k``.
+    single-GPU row give that model's median per-GPU efficiency at each count (``scaling``).
     """
     groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
     for obs in observations:
@@ -201,11 +229,9 @@ def fit(observations: Iterable[Observation], models: dict[str, GpuModel]) -> dic
         for o in rows:
             if o.gpu_count > 1 and o.gpu_model in single_mean:
                 effs[o.gpu_count][o.gpu_model].append(o.throughput / (o.gpu_count * single_mean[o.gpu_model]))
-        # per count: the median over its rows, weighted in the isotonic fit by how many GPU models measured it
-        counts = sorted(effs)
-        medians = [(n, quantile([e for v in effs[n].values() for e in v], 0.5)) for n in counts]
-        mono = monotone_points(medians, [float(len(effs[n])) for n in counts])
-        scaling = tuple((n, round(e, 4)) for n, e in mono)
+        scaling = tuple(
+            sorted((name, n, round(quantile(v, 0.5), 4)) for n, per in effs.items() for name, v in per.items())
+        )
         out[(workload, precision)] = Factors(workload, precision, cm, cv, cb, scaling, len(rows))
     return out
 
@@ -219,7 +245,7 @@ def relative_errors(
         f = factors.get((obs.workload, obs.precision))
         if f is None or obs.throughput <= 0 or obs.gpu_model not in models:
             continue
-        predicted = predict(f, models[obs.gpu_model], obs.gpu_count)
+        predicted = predict(f, models[obs.gpu_model], obs.gpu_count, models)
         # time ∝ 1/throughput, so relative time error = |measured/predicted − 1|
         out.append((obs, abs(obs.throughput / predicted - 1.0)))
     return out

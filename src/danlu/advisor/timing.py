@@ -6,8 +6,9 @@ Inference is 2·P per token, or the time to stream the weights once per decoding
 longer (memory-bound decoding). The seconds-per-FLOP of each GPU come from the utilisation
 factors in ``throughput_factors.csv``, fitted on Lambda's measured throughputs
 (benchmarks/advisor_accuracy.py): transformers use the BERT-large factors, conv nets ResNet-50's.
-Over N GPUs each GPU runs at ``efficiency``: the fitted scaling curve (monotone, at most 1.0) times
-the share of a training step not lost to moving gradients and parameters over the GPUs' link
+Over N GPUs each GPU runs at ``efficiency``: the scaling curve measured on the GPU, or on the most
+similar measured GPU (calibration.scaling_points: monotone, at most 1.0) times the share of a
+training step not lost to moving gradients and parameters over the GPUs' link
 (advisor/interconnect.py). One GPU is pure compute.
 """
 
@@ -18,10 +19,10 @@ from functools import cache
 from importlib import resources
 
 from danlu.advisor import interconnect
-from danlu.advisor.calibration import Factors, features, scaling_efficiency
+from danlu.advisor.calibration import Factors, features, scaling_efficiency, scaling_points
 from danlu.advisor.memory import WEIGHT_BYTES
 from danlu.advisor.workload import Workload
-from danlu.catalog.gpu_models import GpuModel
+from danlu.catalog.gpu_models import GpuModel, gpu_models
 from danlu.core.errors import InvalidInput
 
 # FLOPs of one Lambda benchmark sample, to turn per-sample factors into per-FLOP ones.
@@ -38,9 +39,24 @@ def shipped_factors() -> dict[tuple[str, str], Factors]:
     out: dict[tuple[str, str], Factors] = {}
     for ln in lines[1:]:
         w, p, cm, cv, cb, scaling, rows = ln.split(",")
-        pts = tuple((int(a), float(b)) for a, b in (x.split(":") for x in scaling.split(";") if x))
+        pts = tuple((g, int(n), float(e)) for g, n, e in (x.split(":") for x in scaling.split(";") if x))
         out[(w, p)] = Factors(w, p, float(cm), float(cv), float(cb), pts, int(rows))
     return out
+
+
+@cache
+def _curve(workload: str, precision: str, gpu: str) -> tuple[tuple[int, float], ...]:
+    """The shipped scaling curve of one GPU model (cached: the advisor asks for it per option and count)."""
+    models = gpu_models()
+    return scaling_points(shipped_factors()[(workload, precision)], models[gpu], models)
+
+
+def scaling_curve(w: Workload, gpu: GpuModel) -> tuple[tuple[int, float], ...]:
+    """(gpu_count, per-GPU efficiency) points of ``w``'s reference workload on ``gpu``, before the interconnect."""
+    f = _factors_for(w)
+    if gpu_models().get(gpu.name) is not gpu:  # a model built outside the table (tests): not cacheable by name
+        return scaling_points(f, gpu, {**gpu_models(), gpu.name: gpu})
+    return _curve(f.workload, f.precision, gpu.name)
 
 
 def work_flops(w: Workload) -> float:
@@ -85,7 +101,7 @@ def efficiency(
 ) -> float:
     """Per-GPU efficiency of ``gpu_count`` × ``gpu`` (1.0 on one GPU): the fitted scaling curve times the
     interconnect term over ``link`` (default: the model's usual link), across ``machines`` machines."""
-    curve = scaling_efficiency(_factors_for(w).scaling, gpu_count)
+    curve = scaling_efficiency(scaling_curve(w, gpu), gpu_count)
     if gpu_count <= 1:
         return curve
     comm = interconnect.comm_seconds(w, gpu_count, link or interconnect.link_for(gpu), machines)
