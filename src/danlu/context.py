@@ -25,6 +25,11 @@ class Settings:
     tick_interval_s: float = 1.0  # process reconciliation
     scheduler_policy: str = "danlu"  # live job scheduling policy (danlu.scheduling.policies)
     preempt_notice_s: int = 60  # guaranteed notice before a preempted run is killed
+    # Demotion by attained service (danlu and danlu-cost policies; docs/scheduling.md): a checkpointing
+    # job that has had this many GPU-seconds of service may make way for a shorter one (None: never),
+    # after running at least demote_slice_s since its last start.
+    demote_after_s: int | None = 8 * 3600
+    demote_slice_s: int = 3600
     job_default_duration_s: int = 3600  # backfill estimate for jobs submitted without --est-duration
     job_max_attempts: int = 3  # runs lost with their node are retried this many times in all
     sandbox_uid_first: int = 2_000_000  # renters' sandbox uids: first + user id, below first + count

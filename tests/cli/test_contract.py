@@ -48,34 +48,50 @@ def run_server(db_url: str, tmp_path: Path, *extra: str) -> Iterator[tuple[str, 
     """`danlu server` as a real process on simulated GPUs, with a fast loop and ``extra`` flags."""
     port = free_port()
     data = tmp_path / "data"
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed after the server stops
-    proc = subprocess.Popen(
-        [
-            *DANLU,
-            "server",
-            "--db",
-            db_url,
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data),
-            "--sandbox-dir",
-            str(sandbox_folder()),
-            "--simulate-gpus",
-            "A100-80GB:2,T4:2",
-            "--stop-grace",
-            "2",
-            "--tick",
-            "0.2",
-            "--meter-interval",
-            "1",
-            "--sandbox-uids",
-            f"{worker_uid_first()}-{worker_uid_first() + WORKER_UIDS - 1}",
-            *extra,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc, url = start_server(db_url, tmp_path, port, *extra)
+    try:
+        yield url, data
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        end_server_runs(db_url, data)
+
+
+def start_server(
+    db_url: str, tmp_path: Path, port: int, *extra: str, sandbox_dir: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `danlu server` on ``port`` (data in tmp_path/data, log appended to tmp_path/server.log, renters'
+    folders in ``sandbox_dir`` or a new folder) and wait until it answers; returns the process and its URL.
+    The caller stops it (and ends its runs). A restart must pass the first start's ``sandbox_dir``."""
+    data = tmp_path / "data"
+    with open(tmp_path / "server.log", "a") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [
+                *DANLU,
+                "server",
+                "--db",
+                db_url,
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data),
+                "--sandbox-dir",
+                str(sandbox_dir or sandbox_folder()),
+                "--simulate-gpus",
+                "A100-80GB:2,T4:2",
+                "--stop-grace",
+                "2",
+                "--tick",
+                "0.2",
+                "--meter-interval",
+                "1",
+                "--sandbox-uids",
+                f"{worker_uid_first()}-{worker_uid_first() + WORKER_UIDS - 1}",
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -87,12 +103,11 @@ def run_server(db_url: str, tmp_path: Path, *extra: str) -> Iterator[tuple[str, 
 
     try:
         wait_for(up, timeout=60)
-        yield url, data
-    finally:
-        proc.terminate()
+    except BaseException:
+        proc.kill()
         proc.wait(timeout=20)
-        log.close()
-        end_server_runs(db_url, data)
+        raise
+    return proc, url
 
 
 def end_server_runs(db_url: str, data: Path) -> None:

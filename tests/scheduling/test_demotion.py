@@ -122,3 +122,24 @@ def test_on_demand_work_never_makes_way_for_interruptible_work() -> None:
     assert not [d for d in schedule(_view(_giant(), cheap), DANLU) if isinstance(d, Preempt)]
     spot_giant = _giant(interruptible=True)  # an interruptible giant may make way for either
     assert [d.job_id for d in schedule(_view(spot_giant, cheap), DANLU) if isinstance(d, Preempt)] == ["giant"]
+
+
+def test_the_operators_line_and_slice_reach_the_live_policy() -> None:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from danlu.context import Settings
+    from danlu.scheduling.live import live_policy
+
+    defaults = Settings(data_dir=Path())  # `danlu server` without --demote-after/--demote-slice
+    for name in ("danlu", "danlu-cost"):
+        policy = get_policy(name)
+        assert live_policy(SimpleNamespace(settings=replace(defaults, scheduler_policy=name))) == policy  # type: ignore[arg-type]
+        set_ = replace(defaults, scheduler_policy=name, demote_after_s=90, demote_slice_s=30)
+        assert live_policy(SimpleNamespace(settings=set_)) == replace(  # type: ignore[arg-type]
+            policy, demote_after_ms=90_000, min_slice_ms=30_000
+        )
+        off = replace(defaults, scheduler_policy=name, demote_after_s=None)
+        assert live_policy(SimpleNamespace(settings=off)).demote_after_ms is None  # type: ignore[arg-type]
+    fifo = replace(defaults, scheduler_policy="fifo", demote_after_s=90)
+    assert live_policy(SimpleNamespace(settings=fifo)) == get_policy("fifo")  # type: ignore[arg-type]

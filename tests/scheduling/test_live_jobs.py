@@ -162,14 +162,10 @@ def test_live_demotion_by_attained_service_resumes_from_the_checkpoint(
 ) -> None:
     """The live round demotes like the simulator (issue 11, item 3): a long job that has
     checkpointed and had its share is stopped with notice for a short job of equal priority, then
-    resumes. The line and the slice are shrunk from 8 GPU-hours and 1 h to fit a test."""
-    from dataclasses import replace
-
-    from danlu.scheduling import policies
-
-    monkeypatch.setitem(
-        policies.POLICIES, "danlu", replace(policies.POLICIES["danlu"], demote_after_ms=1_000, min_slice_ms=1_000)
-    )
+    resumes. The line and the slice are shrunk from 8 GPU-hours and 1 h to fit a test, as an operator
+    would with `--demote-after 1s --demote-slice 1s`."""
+    monkeypatch.setattr(jobs_live.platform.settings, "demote_after_s", 1)
+    monkeypatch.setattr(jobs_live.platform.settings, "demote_slice_s", 1)
     with jobs_live.new_user("dee") as c:
         # est. 2 h: the short job would wait far longer than its own 5 s without demotion
         r = c.post("/jobs", json={"command": ["sh", "-c", RESUMABLE], "gpus": 2, "est_duration_s": 7200})

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC
+
+if TYPE_CHECKING:
+    from danlu.scheduling.policies import Policy
 
 # How uvicorn serves the API (benchmarks/api_throughput.py serves its bare endpoint with the same):
 # one process (the control loop must run in exactly one), uvloop and httptools (both dependencies),
@@ -55,6 +58,15 @@ def server(
     tick: float = typer.Option(1.0, "--tick", help="Seconds between process checks."),
     policy: str = typer.Option("danlu", "--policy", help="Job scheduling policy: fifo, backfill, danlu, danlu-cost."),
     preempt_notice: int = typer.Option(60, "--preempt-notice", help="Guaranteed notice (s) before a preemption."),
+    demote_after: str = typer.Option(
+        None,
+        "--demote-after",
+        help="danlu policies: GPU-time of service after which a checkpointing job may make way, with notice, "
+        "for a shorter one of equal priority, e.g. 8h (default); off: never.",
+    ),
+    demote_slice: str = typer.Option(
+        None, "--demote-slice", help="danlu policies: the least a job runs after each start before a demotion (1h)."
+    ),
     no_sandbox: bool = typer.Option(
         False, "--no-sandbox", help="Run renters' code unsandboxed, as this server's user: one trusted user only."
     ),
@@ -156,7 +168,7 @@ def server(
                     f"NVML found no NVIDIA GPU on this machine: SIMULATED GPUs {DEFAULT_SIMULATED_SPEC} "
                     "(every listing marks them simulated)"
                 )
-        get_policy(policy)  # fail fast on a typo
+        demotion = server_demotion(get_policy(policy), demote_after, demote_slice)  # also: a typo in --policy
         idle = server_idle_limits(sample_interval, idle_stop_default, idle_stop_max, idle_threshold_default)
         dir_lock = DataDirLock(data_dir)  # before anything touches the folder: one server per data folder
         dir_lock.acquire()
@@ -197,6 +209,7 @@ def server(
         tick_interval_s=tick,
         scheduler_policy=policy,
         preempt_notice_s=preempt_notice,
+        **demotion,
         sandbox_uid_first=uid_first,
         sandbox_uid_count=uid_count,
         sandbox_dir=sandbox_dir,
@@ -268,6 +281,27 @@ def host_flags(cpus: float | None, mem: str | None, disk: str | None, pids: int 
 
 def register(app: typer.Typer) -> None:
     app.command("server")(server)
+
+
+def server_demotion(policy: Policy, demote_after: str | None, demote_slice: str | None) -> dict[str, Any]:
+    """The operator's demotion line and slice (docs/scheduling.md), for a policy that demotes."""
+    from danlu.core.errors import InvalidInput
+    from danlu.telemetry.limits import parse_seconds
+
+    if policy.demote_after_ms is None:
+        if demote_after is not None or demote_slice is not None:
+            raise InvalidInput(
+                "invalid_demotion",
+                f"policy {policy.name} never demotes: --demote-after and --demote-slice apply to danlu and danlu-cost",
+            )
+        return {}
+    out: dict[str, Any] = {}
+    if demote_after is not None:
+        off = demote_after.strip().lower() == "off"
+        out["demote_after_s"] = None if off else parse_seconds(demote_after, "invalid_demotion", "--demote-after")
+    if demote_slice is not None:
+        out["demote_slice_s"] = parse_seconds(demote_slice, "invalid_demotion", "--demote-slice")
+    return out
 
 
 def server_idle_limits(

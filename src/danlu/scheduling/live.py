@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -41,7 +42,7 @@ from danlu.scheduling import jobs as jobsvc
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
 from danlu.scheduling.lifecycle import notice_deadline
 from danlu.scheduling.model import PRIORITY_NORMAL, Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
-from danlu.scheduling.policies import get_policy
+from danlu.scheduling.policies import Policy, get_policy
 from danlu.scheduling.rounds import RoundReport as RoundReport
 from danlu.scheduling.rounds import run_round
 from danlu.scheduling.speed import durations_from_reference
@@ -271,7 +272,21 @@ def schedule_round(p: Platform) -> RoundReport:
     """One round (rounds.run_round, the simulator's too): first the jobs whose runs ended move on
     (jobs observe instances), then the queue is scheduled; cheap when the queue is empty (one
     indexed query)."""
-    return run_round(LiveShell(p), get_policy(p.settings.scheduler_policy), p.clock.now_ms())
+    return run_round(LiveShell(p), live_policy(p), p.clock.now_ms())
+
+
+def live_policy(p: Platform) -> Policy:
+    """The server's policy with the operator's demotion line and slice (``--demote-after``, ``--demote-slice``);
+    a policy that never demotes (fifo, backfill) is returned as it is."""
+    policy = get_policy(p.settings.scheduler_policy)
+    if policy.demote_after_ms is None:
+        return policy
+    after = p.settings.demote_after_s
+    return replace(
+        policy,
+        demote_after_ms=None if after is None else after * 1000,
+        min_slice_ms=p.settings.demote_slice_s * 1000,
+    )
 
 
 class LiveShell:
@@ -290,7 +305,7 @@ class LiveShell:
         with self.p.db.read() as s:
             if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
                 return None
-        demote = get_policy(self.p.settings.scheduler_policy).demote_after_ms is not None
+        demote = live_policy(self.p).demote_after_ms is not None
         view, self.ids, self.rentals = _view(self.p, demote)
         return view if view.queue else None
 
