@@ -158,3 +158,18 @@ def test_cli_include_outliers_against_a_server(client: TestClient, monkeypatch: 
     res = CliRunner().invoke(cli_app, plan)
     assert res.exit_code == 0, res.output
     assert "OUTLIER" in json.loads(res.stdout)["rate_source"]
+
+
+def test_api_advice_options_carry_every_field_the_service_gives(client: TestClient) -> None:
+    """The API's option model once dropped `scaling_efficiency` and `interconnect`, so the CLI through a
+    server (and every API user) never saw which per-GPU efficiency an estimate assumed."""
+    from danlu.advisor.workload import build_workload
+
+    finetune = {"params": 7e9, "task": "finetune", "precision": "bf16", "optimizer": "adamw", "tokens": 1e9}
+    body = client.post("/api/v1/advice", json={**finetune, "gpu": "H100-80GB"}).json()
+    local = service.advise(build_workload(**finetune), today=date.today()).options[0].to_dict()
+    assert body["options"] and all(set(o) == set(local) for o in body["options"]), set(local) - set(body["options"][0])
+    eight = next(o for o in body["options"] if o["gpu_count"] == 8)
+    assert 0 < eight["scaling_efficiency"] < 1 and eight["interconnect"].startswith("NVLink")
+    one = next(o for o in body["options"] if o["gpu_count"] == 1)
+    assert one["scaling_efficiency"] == 1.0

@@ -131,6 +131,11 @@ class OptionOut(BaseModel):
     capacity_gib: float
     memory_breakdown_gb: dict[str, float]
     sharding: str
+    scaling_efficiency: float = Field(
+        description="per-GPU efficiency the estimate assumed: the measured scaling curve of this GPU (or the most "
+        "similar measured one) times the interconnect term; 1.0 on one GPU"
+    )
+    interconnect: str = Field(description="the link the GPUs are assumed to talk over (empty on one GPU)")
     hours: float
     cost: str
     currency: str
