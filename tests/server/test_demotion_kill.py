@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,7 +16,8 @@ import pytest
 
 from danlu.db.engine import open_database
 from tests.cli.test_contract import DANLU, Cli, end_server_runs, start_server
-from tests.conftest import REPO, free_port, require_sandbox, sandbox_folder, wait_for
+from tests.conftest import free_port, require_sandbox, sandbox_folder, wait_for
+from tests.server.test_kill_drill import _load_drill
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow(seconds=40)]
 
@@ -34,17 +34,6 @@ while [ "$i" -lt 40 ]; do i=$((i+1)); echo "$i" > "$DANLU_CHECKPOINT_DIR/step"; 
 echo finished
 """
 FLAGS = ("--simulate-gpus", "T4:2", "--preempt-notice", "3", "--demote-after", "1s", "--demote-slice", "1s")
-
-
-def _load_drill() -> object:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("kill_drill", REPO / "tools" / "kill_drill.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kill_drill"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_server_killed_during_a_demotion_notice_finishes_it_after_restart(db_url: str, tmp_path: Path) -> None:
