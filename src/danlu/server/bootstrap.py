@@ -7,6 +7,7 @@ each run's workspace by path as the renter's uid; each workspace is 0700 and own
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from dataclasses import dataclass
@@ -88,6 +89,35 @@ def _lock_timezone(s: Session, timezone: str) -> None:
         )
 
 
+def _sandbox_dir_key(data_dir: Path) -> str:
+    """The setting that keeps where this host's server on ``data_dir`` puts renters' folders."""
+    where = f"{socket.gethostname()}:{data_dir.resolve()}"
+    return "sandbox_dir@" + hashlib.sha256(where.encode()).hexdigest()[:16]
+
+
+def _check_sandbox_dir(s: Session, data_dir: Path, sandbox_dir: Path) -> None:
+    """Renters' workspaces, job folders and checkpoints live in the sandbox folder, so a restart on another
+    folder would lose them (runs in flight fail to start, stopped rentals lose their workspace): refused,
+    unless the recorded folder is gone (the operator moved it)."""
+    recorded = s.get(Setting, _sandbox_dir_key(data_dir))
+    if recorded is None or recorded.value == str(sandbox_dir.resolve()) or not Path(recorded.value).exists():
+        return
+    raise InvalidInput(
+        "sandbox_dir_locked",
+        f"renters' workspaces and job folders of this server are in {recorded.value}; start with --sandbox-dir "
+        f"{recorded.value}, or move that folder to {sandbox_dir.resolve()} first",
+    )
+
+
+def _record_sandbox_dir(s: Session, data_dir: Path, sandbox_dir: Path) -> None:
+    key, value = _sandbox_dir_key(data_dir), str(sandbox_dir.resolve())
+    row = s.get(Setting, key)
+    if row is None:
+        s.add(Setting(key=key, value=value))
+    else:
+        row.value = value
+
+
 def bootstrap(
     db: Database,
     data_dir: Path,
@@ -105,6 +135,8 @@ def bootstrap(
     network policy is the sandbox's ``auto`` choice)."""
     migrate(db)
     exponent(currency)  # validates the code
+    with db.read() as s:  # before anything is created there
+        _check_sandbox_dir(s, data_dir, sandbox_dir or data_dir)
     secure_data_dir(data_dir, db.url, sandbox_dir)
     make_simulated_device_files(sandbox_dir or data_dir, [g.uuid for g in gpus if g.simulated])
     token: str | None = None
@@ -119,6 +151,7 @@ def bootstrap(
                 f"this database keeps money in {existing.value}; start with --currency {existing.value}",
             )
         _lock_timezone(s, timezone)
+        _record_sandbox_dir(s, data_dir, sandbox_dir or data_dir)
         ensure_accounts(s, currency.upper())
         if s.scalars(select(User).where(User.is_admin.is_(True))).first() is None:
             _, token = create_user(s, ADMIN_NAME, now_ms, is_admin=True)
