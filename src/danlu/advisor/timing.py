@@ -54,8 +54,6 @@ def _curve(workload: str, precision: str, gpu: str) -> tuple[tuple[int, float], 
 def scaling_curve(w: Workload, gpu: GpuModel) -> tuple[tuple[int, float], ...]:
     """(gpu_count, per-GPU efficiency) points of ``w``'s reference workload on ``gpu``, before the interconnect."""
     f = _factors_for(w)
-    if gpu_models().get(gpu.name) is not gpu:  # a model built outside the table (tests): not cacheable by name
-        return scaling_points(f, gpu, {**gpu_models(), gpu.name: gpu})
     return _curve(f.workload, f.precision, gpu.name)
 
 

@@ -272,7 +272,8 @@ def schedule_round(p: Platform) -> RoundReport:
     """One round (rounds.run_round, the simulator's too): first the jobs whose runs ended move on
     (jobs observe instances), then the queue is scheduled; cheap when the queue is empty (one
     indexed query)."""
-    return run_round(LiveShell(p), live_policy(p), p.clock.now_ms())
+    policy = live_policy(p)
+    return run_round(LiveShell(p, policy), policy, p.clock.now_ms())
 
 
 def live_policy(p: Platform) -> Policy:
@@ -293,8 +294,9 @@ class LiveShell:
     """The live server's :class:`~danlu.scheduling.rounds.Shell`: state in the database, decisions
     carried out by the instance service (sandboxes or Slurm jobs, metered like any rental)."""
 
-    def __init__(self, p: Platform) -> None:
+    def __init__(self, p: Platform, policy: Policy) -> None:
         self.p = p
+        self.demotes = policy.demote_after_ms is not None  # the view reads checkpoints only then
         self.ids: dict[str, tuple[int, str]] = {}  # the view's host keys -> (host id, GPU model)
         self.rentals: frozenset[str] = frozenset()  # running items of the view that are rentals
 
@@ -305,8 +307,7 @@ class LiveShell:
         with self.p.db.read() as s:
             if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
                 return None
-        demote = live_policy(self.p).demote_after_ms is not None
-        view, self.ids, self.rentals = _view(self.p, demote)
+        view, self.ids, self.rentals = _view(self.p, self.demotes)
         return view if view.queue else None
 
     def start(self, d: Start, now_ms: int) -> bool:
