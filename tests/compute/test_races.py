@@ -299,3 +299,38 @@ def test_a_suspension_during_a_launch_stops_the_new_rental(p: Platform) -> None:
     assert (view.status, view.status_reason) == ("stopped", "account suspended: abuse report")
     assert executor.last() not in executor.started and (executor.last(), "kill") in executor.signals
     assert free_gpus(p) == 4
+
+
+def test_a_run_ending_while_the_loop_works_is_never_billed_past_its_end(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kill drill once saw an allocation end 614 ms after its process: the loop polled the process
+    (alive), then spent time scheduling, on telemetry and webhooks, and metered to the clock *after* that,
+    past an exit that happened meanwhile; the exit noticed next tick could not take that time back. The
+    meter bills only up to the start of the tick, before the processes were polled."""
+    from danlu.server import loop as loop_mod
+
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["nb"])
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    fake_clock.advance(seconds=100)
+    loop = loop_mod.ControlLoop(p)
+    loop.next_meter_ms = 0  # meter on this tick
+    exit_at = fake_clock.now_ms() + 1_000
+
+    def busy_round(platform: Platform) -> object:  # a loaded machine: the phases after the poll take 2 s
+        executor.die(executor.last(), code=0, at_ms=exit_at)  # the command ends 1 s into them
+        fake_clock.advance(seconds=2)
+        return None
+
+    monkeypatch.setattr(loop_mod, "schedule_round", busy_round)
+    loop.run_once()
+    monkeypatch.setattr(loop_mod, "schedule_round", lambda platform: None)
+    loop.run_once()  # the next tick sees the exit
+    view = show(p, user, inst.id)
+    assert view.status == "exited"
+    assert view.billed_seconds == 101  # to the exit, not to the meter's clock 1 s later
+    with p.db.read() as s:
+        [alloc] = s.query(Allocation).filter(Allocation.instance_id == inst.id).all()
+        assert alloc.ended_at_ms == alloc.billed_until_ms == exit_at

@@ -327,10 +327,11 @@ def next_expiry_ms(s: Session) -> int | None:
     return None if value is None else int(value)
 
 
-def expire_due(p: Platform) -> int:
-    """Expire every voucher whose time has come: bill its payer up to the expiry first (so usage
-    before it is paid by it), then move exactly the unspent rest back to ``promotions``."""
-    now = p.clock.now_ms()
+def expire_due(p: Platform, now_ms: int | None = None) -> int:
+    """Expire every voucher whose time has come (by ``now_ms``, default now): bill its payer up to the
+    expiry first (so usage before it is paid by it), then move exactly the unspent rest back to
+    ``promotions``."""
+    now = p.clock.now_ms() if now_ms is None else now_ms
     with p.db.read() as s:
         due = [
             (g.id, g.billing_account_id, int(g.expires_at_ms or 0))

@@ -209,9 +209,14 @@ class MeterReport:
     holds_expired: int = 0
 
 
-def meter_all(p: Platform) -> MeterReport:
+def meter_all(p: Platform, until_ms: int | None = None) -> MeterReport:
     """Expire what vouchers are due (after billing their payers up to the expiry), post all
     unbilled usage, and stop every running instance of a payer whose money ran out.
+
+    ``until_ms`` (default: now) is how far running allocations are billed. The control loop passes
+    the start of its tick, read before it polled the processes: a run seen alive then ended after
+    it, so a run that ends while the loop schedules or samples is never billed past its end (the
+    exit, noticed next tick, could not take that time back; the kill drill saw 614 ms).
 
     Each billing account is metered in a transaction of its own, so the shared revenue account's
     row lock is held only for one payer's posting: a concurrent stop (payer account, then revenue)
@@ -219,11 +224,11 @@ def meter_all(p: Platform) -> MeterReport:
     deadlock otherwise).
     """
     report = MeterReport()
-    now = p.clock.now_ms()
+    now = p.clock.now_ms() if until_ms is None else min(until_ms, p.clock.now_ms())
     # Holds first, by the same clock reading the meter bills to: an instance on one that ended runs
     # on at the on-demand price from exactly its end (never billed at 0 past it).
     report.holds_expired = holds.expire_due(p, now)
-    report.vouchers_expired = vouchers.expire_due(p)
+    report.vouchers_expired = vouchers.expire_due(p, now)
     with p.db.read() as s:
         by_account = open_allocations_by_account(s)
         launching: set[int | None] = set()

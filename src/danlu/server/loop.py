@@ -64,6 +64,7 @@ class ControlLoop:
         self.leading = bool(self._phase("lease", self.lease.acquire))
         if not self.leading:
             return  # another server on this database does the background work
+        polled_ms = self.p.clock.now_ms()  # before reconcile polls: what is alive now ends later
         tick = self._phase("reconcile", lambda: reconcile(self.p))
         self.waiting_on_stops = tick.stopping if tick else 0
         self._phase("schedule", lambda: schedule_round(self.p))
@@ -72,7 +73,7 @@ class ControlLoop:
         self._phase("webhooks", lambda: enqueue(self.p))
         now = self.p.clock.now_ms()
         if now >= self.next_meter_ms:
-            report = self._phase("meter", lambda: meter_all(self.p))
+            report = self._phase("meter", lambda: meter_all(self.p, until_ms=polled_ms))
             self._phase("invoices", lambda: finalize_due(self.p, now))  # months past their grace window
             if now >= self.next_alerts_ms:  # low balance, vouchers expiring: once a minute is soon enough
                 self._phase("alerts", lambda: alerts.run(self.p))
