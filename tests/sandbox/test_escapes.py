@@ -259,3 +259,26 @@ def test_outbound_runs_resolve_names_through_slirp(sbx: LiveServer, mallory: htt
         pytest.skip("outbound needs a root server with slirp4netns and nftables")
     _view, out = attack(mallory, "cat /etc/resolv.conf")
     assert out.strip() == "nameserver 10.0.2.3"
+
+
+def test_a_folder_nested_thousands_deep_neither_hides_disk_use_nor_survives_rm(sbx: LiveServer) -> None:
+    """Walks that recursed (``os.fwalk``, ``os.walk``, ``shutil.rmtree``) raised on a 1,500-level folder: the
+    disk limit was never measured, the run's end never recorded (its GPU stayed taken) and ``rm`` answered
+    500 after committing, leaving the files on disk with nobody paying for them (found by an attacker's pass)."""
+    nest = (
+        "import os, time\nfd = os.open('/workspace', os.O_RDONLY)\n"
+        "for _ in range(3000):\n"
+        "    os.mkdir('a', dir_fd=fd); n = os.open('a', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = n\n"
+        "print('nested', flush=True)\n"
+        "for i in range(100):\n"
+        "    f = os.open(f'f{i}', os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)\n"
+        "    os.write(f, b'x' * (1 << 20)); os.close(f)\n"
+        "print('wrote 100 MiB', flush=True)\ntime.sleep(120)\n"
+    )
+    with sbx.new_user("nester") as c:
+        iid = rent(c, ["sh", "-c", 'python3 -c "$P"'], env={"P": nest})
+        view = wait_for(lambda: (v := c.get(f"/instances/{iid}").json())["status"] == "exited" and v, timeout=60)
+        assert isinstance(view, dict) and "disk limit" in view["status_reason"], view
+        assert "nested" in log_of(c, iid)
+        assert c.delete(f"/instances/{iid}").status_code == 204
+        assert not (sbx.platform.workspaces / iid).exists()

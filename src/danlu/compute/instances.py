@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 from collections.abc import Callable, Iterable
 
 from sqlalchemy import select, update
@@ -26,7 +25,7 @@ from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.billing.student import allocation_discount_bp
 from danlu.catalog.gpu_models import resolve_model
-from danlu.compute import allocations, images
+from danlu.compute import allocations, fstree, images
 from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
 from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, check_transition
@@ -574,6 +573,5 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
         p.backend.release(handle)
     elif orphaned:
         p.backend.discard(instance_id)
-    shutil.rmtree(p.workspaces / instance_id, ignore_errors=True)
-    shutil.rmtree(p.run_dirs / instance_id, ignore_errors=True)
-    shutil.rmtree(p.control_dir(instance_id), ignore_errors=True)
+    for folder in (p.workspaces / instance_id, p.run_dirs / instance_id, p.control_dir(instance_id)):
+        fstree.remove_tree(folder)  # renter-built trees of any depth (shutil.rmtree recursed and raised)

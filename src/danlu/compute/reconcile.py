@@ -24,7 +24,6 @@ changes and the meter bills on.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +31,7 @@ from sqlalchemy import select, update
 
 from danlu.billing import storage, vouchers
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
-from danlu.compute import holds
+from danlu.compute import fstree, holds
 from danlu.compute.backends.base import RunState
 from danlu.compute.instances import end_storage, is_launching, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status
@@ -333,7 +332,7 @@ def storage_retention(p: Platform) -> tuple[int, int]:
                     )
                 )
                 workspace = inst.workspace
-            shutil.rmtree(workspace, ignore_errors=True)
+            fstree.remove_tree(workspace)
             released += 1
     return warned, released
 

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from danlu.compute import hosts, identity, images
+from danlu.compute import fstree, hosts, identity, images
 from danlu.compute.backends.base import PREEMPT_FILE, RunSpec
 from danlu.compute.devices import devices_for
 from danlu.context import Platform
@@ -130,7 +129,7 @@ def prepare_control_dir(p: Platform, instance_id: str) -> None:
     """The run's ``/run/danlu``: the platform's own folder (no renter-made symlink can redirect a
     write), readable by the renter, emptied at every start."""
     folder = p.control_dir(instance_id)
-    shutil.rmtree(folder, ignore_errors=True)
+    fstree.remove_tree(folder)
     for path in (folder.parent, folder):
         path.mkdir(parents=True, exist_ok=True)
     os.chmod(folder.parent, 0o711)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import re
 import stat
@@ -26,10 +27,13 @@ from danlu.billing.rating import MS_PER_SECOND, billable_seconds
 from danlu.billing.storage import MIB as storage_mib
 from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.billing.storage import policy as storage_policy
+from danlu.compute import fstree
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import Forbidden, NotFound
 from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- read caches
 #
@@ -339,16 +343,19 @@ def _listed_view(listed: _Listed, ctx: _Context) -> InstanceView:
 
 
 def workspace_bytes(path: str) -> int:
-    """Bytes kept in a workspace (regular files, not following links; what is unreadable counts 0)."""
+    """Bytes kept in a workspace (regular files, not following links, at any depth: ``fstree.scan``)."""
     total = 0
-    for root, _dirs, files in os.walk(path, followlinks=False):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
+
+    def add(_name: str, st: os.stat_result) -> bool:
+        nonlocal total
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+        return True
+
+    try:
+        fstree.scan(path, add)
+    except fstree.TreeChanged:  # only a running process moves folders; a stopped workspace is still
+        log.warning("the workspace %s changed while it was measured", path)
     return total
 
 

@@ -2,11 +2,15 @@
 files), plus files it deleted but still holds open — without project quotas the platform must
 count all three, or a renter fills the host's disk (and the database with it) around the limit.
 
-The walk is fd-relative (``os.fwalk`` with ``follow_symlinks=False``) and stays on one file
-system, so a renter swapping a folder for a symlink mid-walk (``renameat2(RENAME_EXCHANGE)``)
-cannot send it outside; it stops counting once a limit is passed, so a workspace of millions of
-files costs a bounded walk. A watcher thread measures every active run every ``interval_s``; the
-backend reads the latest reading when it polls.
+The walk (``compute.fstree.scan``) is fd-relative, one folder open at a time, never follows a link and
+stays on one file system, so a renter swapping a folder for a symlink mid-walk
+(``renameat2(RENAME_EXCHANGE)``) cannot send it outside, and a folder nested thousands of levels deep
+is measured like any other (``os.fwalk`` recursed and raised, so such a workspace was never measured);
+it stops counting once a limit is passed, so a workspace of millions of files costs a bounded walk.
+A watcher thread measures every active run every ``interval_s``; the backend reads the latest reading
+when it polls. A run whose workspace cannot be measured ``UNMEASURED_LIMIT`` times in a row (a renter
+moving folders about to make every walk fail) is stopped as over its limit: the platform does not
+take unmeasured disk on trust.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from dataclasses import dataclass
 
 import psutil
 
+from danlu.compute import fstree
+
 log = logging.getLogger(__name__)
 BYTES_PER_FILE = 32 << 10  # the file-count limit: one file per 32 KiB of disk, at least MIN_FILES
 MIN_FILES = 10_000
+UNMEASURED_LIMIT = 3  # failed measurements in a row that stop a run
 
 
 def file_limit(disk_bytes: int) -> int:
@@ -33,6 +40,7 @@ def file_limit(disk_bytes: int) -> int:
 class Usage:
     bytes: int
     files: int
+    unmeasured: str = ""  # why the workspace could not be measured UNMEASURED_LIMIT times in a row
 
 
 @dataclass(frozen=True)
@@ -44,29 +52,25 @@ class Watched:
 
 
 def usage(folders: tuple[str, ...], max_files: int) -> Usage:
+    """Bytes (blocks, hard links once) and entries under ``folders``; stops counting past ``max_files``.
+    Raises ``fstree.TreeChanged`` when a folder is moved away mid-walk."""
     total = files = 0
     inodes: set[tuple[int, int]] = set()
+
+    def count(_name: str, st: os.stat_result) -> bool:
+        nonlocal total, files
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in inodes:
+                return True
+            inodes.add((st.st_dev, st.st_ino))
+        total += st.st_blocks * 512
+        files += 1
+        return files <= max_files
+
     for top in folders:
-        try:
-            dev = os.stat(top, follow_symlinks=False).st_dev
-        except OSError:
-            continue
-        for _dirpath, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
-            for name in dirnames + filenames:
-                try:
-                    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                except OSError:
-                    continue
-                if st.st_dev != dev:
-                    continue
-                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-                    if (st.st_dev, st.st_ino) in inodes:
-                        continue
-                    inodes.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
-                files += 1
-            if files > max_files:
-                return Usage(total, files)
+        fstree.scan(top, count)
+        if files > max_files:
+            break
     return Usage(total, files)
 
 
@@ -95,6 +99,11 @@ def deleted_but_open(init_pid: int) -> int:
 
 def violation(disk_bytes: int, max_files: int, u: Usage) -> str:
     """The reason to end the run, or ""."""
+    if u.unmeasured:
+        return (
+            f"disk limit: the workspace could not be measured {UNMEASURED_LIMIT} times in a row ({u.unmeasured}), "
+            "so the sandbox was stopped; do not move folders about in it all the time"
+        )
     if u.bytes > disk_bytes:
         return (
             f"disk limit: the workspace used {u.bytes >> 20} MiB of its {disk_bytes >> 20} MiB, so the sandbox "
@@ -114,6 +123,7 @@ class DiskWatcher:
         self._lock = threading.Lock()
         self._watched: dict[str, Watched] = {}
         self._readings: dict[str, Usage] = {}
+        self._failures: dict[str, int] = {}  # failed measurements in a row, per run
         self._thread: threading.Thread | None = None
 
     def watch(self, runs: dict[str, Watched]) -> None:
@@ -122,6 +132,8 @@ class DiskWatcher:
             self._watched = dict(runs)
             for gone in set(self._readings) - set(runs):
                 del self._readings[gone]
+            for gone in set(self._failures) - set(runs):
+                del self._failures[gone]
             if self._thread is None and runs:
                 self._thread = threading.Thread(target=self._run, name="danlu-disk-watcher", daemon=True)
                 self._thread.start()
@@ -137,11 +149,17 @@ class DiskWatcher:
             try:
                 u = usage(w.folders, w.files)
                 u = Usage(u.bytes + deleted_but_open(w.init_pid), u.files)
-            except Exception:  # one unreadable workspace must not stop the others being measured
-                log.exception("could not measure the disk use of %s", run_id)
+            except Exception as exc:  # one unreadable workspace must not stop the others being measured
+                log.warning("could not measure the disk use of %s: %s", run_id, exc)
+                with self._lock:
+                    if run_id in self._watched:
+                        failed = self._failures[run_id] = self._failures.get(run_id, 0) + 1
+                        if failed >= UNMEASURED_LIMIT:
+                            self._readings[run_id] = Usage(0, 0, unmeasured=str(exc) or type(exc).__name__)
                 continue
             with self._lock:
                 if run_id in self._watched:
+                    self._failures.pop(run_id, None)
                     self._readings[run_id] = u
 
     def _run(self) -> None:
