@@ -232,3 +232,15 @@ def test_net_dev_counts_every_interface_but_loopback() -> None:
     rows = {"lo": (9000, 9000), "tap0": (1500, 700), "eth1": (500, 300)}
     text = head + "".join(f"{n:>6}: {rx} 3 0 0 0 0 0 0 {tx} 2 0 0 0 0 0 0\n" for n, (rx, tx) in rows.items())
     assert parse_net_dev(text) == (2000, 1000)
+
+
+def test_a_log_offset_past_the_end_reads_nothing_at_any_size_the_api_allows(tmp_path: Path) -> None:
+    """Offsets up to 2^62 are valid (the API says so), but seeking past the file system's largest file raised
+    EINVAL: ``GET /instances/ID/logs?offset=1152921504606846976`` answered 500 (found by an attacker's pass)."""
+    from danlu.compute.backends.base import MAX_OFFSET, read_log
+
+    (tmp_path / "runs" / "k").mkdir(parents=True)
+    (tmp_path / "runs" / "k" / "output.log").write_bytes(b"hello")
+    assert read_log(tmp_path, "k", 2, 1 << 20) == ("llo", 5)
+    for offset in (5, 6, 1 << 60, MAX_OFFSET):
+        assert read_log(tmp_path, "k", offset, 1 << 20) == ("", offset)

@@ -16,6 +16,7 @@ server finds it through its handle (or, with no handle, through :meth:`Backend.d
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,6 +162,8 @@ def read_log(data_dir: Path, log_key: str, offset: int, limit: int) -> tuple[str
         raise InvalidInput("invalid_offset", "offset must be a byte offset between 0 and 2^62")
     try:
         with open(data_dir / "runs" / log_key / "output.log", "rb") as f:
+            if offset >= os.fstat(f.fileno()).st_size:  # past the end: seeking past the largest file size
+                return "", offset  # a file system allows raises EINVAL
             f.seek(offset)
             data = f.read(limit)
     except FileNotFoundError:
