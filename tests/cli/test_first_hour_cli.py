@@ -82,6 +82,8 @@ def test_usage_memo_names_instances_seconds_and_period() -> None:
     memo = usage_memo(many)
     assert memo.startswith("GPU usage of i-0 (") and "i-2 (" in memo and "i-3" not in memo
     assert memo.endswith(" and 2 more") and memo == usage_memo(many)  # deterministic
+    kept = UsagePart("i-s", 191, "workspace", t0, t0 + 27_000)  # a stopped workspace is not "191× workspace"
+    assert usage_memo([kept]).endswith("(191 MiB stored workspace, 27 s, 2026-01-01 18:15:16–18:15:43 UTC)")
 
 
 def _json(cli: Cli, *args: str, token: str | None = None) -> Any:

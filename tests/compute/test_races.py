@@ -4,6 +4,7 @@ actions landing while a process is being launched, double starts, and the end of
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ from danlu.compute.views import show
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import NotFound
-from danlu.db.models import Allocation, Gpu, User
+from danlu.db.models import Allocation, Gpu, Instance, User
 from tests.fakes import RecordingBackend
 
 
@@ -334,3 +335,30 @@ def test_a_run_ending_while_the_loop_works_is_never_billed_past_its_end(
     with p.db.read() as s:
         [alloc] = s.query(Allocation).filter(Allocation.instance_id == inst.id).all()
         assert alloc.ended_at_ms == alloc.billed_until_ms == exit_at
+
+
+def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform, fake_clock: FakeClock) -> None:
+    """A newcomer's stopped 191 MiB workspace at 0.30/GB-month was charged 0.43 in 27 s (57 an hour): the
+    meter rated storage allocations per unit-*hour* (``allocation_rate`` dropped the storage rate's
+    seconds per unit), about 737,000 times the price. 1 GiB kept 30 days must cost exactly 0.30."""
+    from danlu.billing import storage
+
+    storage.configure(p, price_gb_month="3.00", warn_after_s=366 * 86_400, release_after_s=366 * 86_400)
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["nb"])
+    with p.db.read() as s:
+        workspace = Path(s.get(Instance, inst.id).workspace)  # type: ignore[union-attr]
+    workspace.mkdir(parents=True, exist_ok=True)  # the recording backend makes none
+    with open(workspace / "data", "wb") as f:
+        f.truncate(1 << 30)  # 1 GiB (sparse: its size is what is kept)
+    instances.stop(p, user, inst.id)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms())
+    reconcile(p)
+    before = show(p, user, inst.id)
+    assert before.status == "stopped" and before.stopped_storage_per_day_minor == 10  # 3.00 / 30 days
+    fake_clock.advance(seconds=30 * 86_400)
+    meter_all(p)
+    after = show(p, user, inst.id)
+    assert after.storage_cost_minor - before.storage_cost_minor == 300, (before, after)

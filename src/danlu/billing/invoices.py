@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.billing.accounts import billing_account, currency, lock_billing_account
 from danlu.billing.rating import billable_seconds
+from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor
@@ -304,7 +305,11 @@ def _lines(items: list[_Item], target: str) -> list[LineView]:
             sums[i] += v
     out = []
     for (inst, plan, price, gpus, model, adj), (seconds, gross, voucher, amount) in acc.items():
-        what = f"{gpus} x {model} {plan}, instance {inst}"
+        what = (
+            f"{gpus} MiB stored workspace (price per GB-month), instance {inst}"
+            if plan == STORAGE_PLAN
+            else f"{gpus} x {model} {plan}, instance {inst}"
+        )
         desc = f"adjustment for {adj}: {what}" if adj else what
         out.append(
             LineView(

@@ -34,6 +34,9 @@ from danlu.billing.caps import announce, cap_targets, hard_caps
 from danlu.billing.ledger import Posting
 from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, charge_between, latest_affordable_ms
+from danlu.billing.storage import MODEL as STORAGE_MODEL
+from danlu.billing.storage import PLAN as STORAGE_PLAN
+from danlu.billing.storage import storage_rate
 from danlu.billing.tariffs import parse_snapshot
 from danlu.core.errors import Conflict
 from danlu.db.models import Account, Allocation, BillingAccount, UsageRecord, VoucherCampaign, VoucherGrant
@@ -77,8 +80,9 @@ def usage_memo(parts: list[UsagePart], most: int = 3) -> str:
     """The ledger line of a usage posting: each instance, its GPUs, the seconds and the period
     billed, up to ``most`` of them, then how many more. Pure: the same parts give the same text."""
     shown = [
-        f"{u.instance_id} ({u.gpu_count}× {u.gpu_model}, {_seconds_text(u.end_ms - u.start_ms)}, "
-        f"{_period_text(u.start_ms, u.end_ms)})"
+        f"{u.instance_id} ("
+        + (f"{u.gpu_count} MiB stored workspace" if u.gpu_model == STORAGE_MODEL else f"{u.gpu_count}× {u.gpu_model}")
+        + f", {_seconds_text(u.end_ms - u.start_ms)}, {_period_text(u.start_ms, u.end_ms)})"
         for u in parts[:most]
     ]
     more = f" and {len(parts) - most} more" if len(parts) > most else ""
@@ -92,7 +96,10 @@ def _target(alloc: Allocation, now_ms: int) -> int:
 
 def allocation_rate(alloc: Allocation, *, discounted: bool = True) -> Rate:
     """How ``alloc`` is rated: its plan's price, its GPUs, from its start, the tariff rules in
-    force when it started, with its discount."""
+    force when it started, with its discount. A stored workspace is priced per MiB per month, not per
+    unit-hour (``storage.storage_rate``; rated per hour until issue 11's last stop, ~737,000x the price)."""
+    if alloc.plan == STORAGE_PLAN:
+        return storage_rate(alloc.price_per_hour_minor, alloc.gpu_count, alloc.started_at_ms)
     plan = Plan(alloc.plan) if alloc.plan in Plan._value2member_map_ else Plan.ON_DEMAND
     return Rate(
         alloc.price_per_hour_minor,

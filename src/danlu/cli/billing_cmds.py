@@ -80,7 +80,10 @@ def cost(instance_id: str = typer.Argument(..., help="The instance id."), as_jso
         print_json(data)
         return
     for line in data["lines"]:
-        line["rate"] = f"{line['gpus']} x {line['price_per_hour']}/h"
+        if line["plan"] == "storage":  # a stopped workspace: MiB at a price per GB-month
+            line["rate"] = f"{line['gpus']} MiB x {line['price_per_hour']}/GB-month"
+        else:
+            line["rate"] = f"{line['gpus']} x {line['price_per_hour']}/h"
         line["what"] = line["description"] + (f" ({line['tariff']})" if line["tariff"] else "")
     print_table(
         data["lines"],
