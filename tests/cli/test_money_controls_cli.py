@@ -34,6 +34,13 @@ def test_a_hard_budget_stops_an_instance_exactly_at_its_cap(server: tuple[str, P
     assert "0.05" in cli("budget", "list", token=hank).stdout
     text = cli("show", capped, token=hank).stdout
     assert "storage/day" in text and "released at" in text, text  # a stopped instance keeps its workspace
+    # At its cap it is not started again (it would run unpaid until the next meter pass stopped it), and a
+    # refused stop says nothing of having stopped (both printed success lines before a newcomer's pass).
+    again = cli("start", capped, ok=False, token=hank)
+    assert again.returncode != 0 and "budget_cap_reached" in again.stderr and "running" not in again.stdout
+    assert shown()["status"] == "stopped"
+    twice = cli("stop", capped, ok=False, token=hank)
+    assert twice.returncode != 0 and "invalid_state" in twice.stderr and twice.stdout == "", twice.stdout
     eve = cli.json("admin", "user", "create", "eve")["token"]  # type: ignore[index]
     denied = cli("budget", "rm", str(budget["id"]), ok=False, token=eve)
     assert denied.returncode != 0 and "budget_not_found" in denied.stderr

@@ -209,20 +209,17 @@ def images(as_json: bool = JsonOpt) -> None:
 
 def stop(instance_id: str, as_json: bool = JsonOpt) -> None:
     """Stop: GPU billing ends now; SIGTERM, then SIGKILL after the grace period. Workspace kept
-    (at the operator's storage price, shown before it stops; released only after a warning)."""
-    client = Client()
-    if not as_json:
-        before = client.get(f"/instances/{instance_id}")
-        if before.get("stopped_storage_per_day") is not None:
-            console.print(
-                f"stopped, {instance_id} keeps its workspace for {before['stopped_storage_per_day']} "
-                f"{before['currency']}/day (storage); `danlu rm {instance_id}` deletes it instead"
-            )
-    v = client.post(f"/instances/{instance_id}/stop")
+    (at the operator's storage price, shown once it stopped; released only after a warning)."""
+    v = Client().post(f"/instances/{instance_id}/stop")
     if as_json:
         print_json(v)
         return
     console.print(f"{v['id']} {v['status']}; final cost {v['cost']} {v['currency']}")
+    if v.get("stopped_storage_per_day") is not None:  # said after the stop succeeded, never before
+        console.print(
+            f"it keeps its workspace for {v['stopped_storage_per_day']} {v['currency']}/day (storage); "
+            f"`danlu rm {instance_id}` deletes it instead"
+        )
     if v.get("workspace_release_at"):
         console.print(
             f"its workspace is released at {v['workspace_release_at']} unless you start it (you are warned first)"

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.billing import posting, storage, tariffs
 from danlu.billing.accounts import billing_account, cash_account, currency, lock_billing_account, personal_account
+from danlu.billing.caps import hard_caps
 from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
 from danlu.billing.price_plans import current_plan, held_plan, plan_for_usage
 from danlu.billing.pricing import Plan
@@ -193,9 +194,28 @@ def open_allocation(
             f"{p.settings.min_prepaid_seconds} s of {inst.gpu_count}× {inst.gpu_model} "
             f"({format_minor(needed, cur)} {cur}); top up first",
         )
+    if inst.job_id is None:
+        _check_hard_caps(session, inst, now_ms)
     alloc = _new_allocation(session, inst, plan, now_ms)
     _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id))
     return alloc
+
+
+def _check_hard_caps(session: Session, inst: Instance, now_ms: int) -> None:
+    """A rental at a hard cap that covers it (the payer's, the renter's or this instance's) is refused: the
+    next meter pass would stop it, after it ran unpaid meanwhile (rent and start were accepted and the
+    process killed seconds later, until a newcomer's pass in issue 11's last stop)."""
+    for budget, left in hard_caps(session, inst.billing_account_id, now_ms):
+        kind, _, ref = budget.scope.partition(":")
+        covers = kind == "account" or (kind == "member" and ref == str(inst.user_id)) or ref == inst.id
+        if covers and left == 0:
+            cur = currency(session)
+            what = {"account": "the account's", "member": "your"}.get(kind, "this instance's")
+            raise Conflict(
+                "budget_cap_reached",
+                f"{what} hard budget cap of {format_minor(int(budget.hard_minor or 0), cur)} {cur} is spent; "
+                "raise it (`danlu budget set --hard …`) or wait for the next period, then start again",
+            )
 
 
 def _open_on_hold(session: Session, inst: Instance, hold: Hold, now_ms: int) -> Allocation:
