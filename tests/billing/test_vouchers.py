@@ -199,3 +199,35 @@ def test_a_validity_past_ten_years_is_refused_not_a_crash_at_grant(text: str) ->
         vouchers.parse_duration(text)
     assert err.value.code == "invalid_voucher_validity" and "3650d" in err.value.message
     assert vouchers.parse_duration("3650d") == 3650 * 86_400_000
+
+
+def test_a_code_is_once_per_person_whichever_account_and_new_means_a_new_person(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """Any renter can make teams, each a billing account of its own: one code redeemed onto team after
+    team paid its value again and again, and a fresh team passed "new accounts only" (an attacker's pass).
+    A code is once per person (``max_per_account`` of them), onto whichever account; "new" is the person."""
+    from danlu.accounts import teams
+
+    campaign(p, "welcome", "5.00", trigger="code", code="FREE5", valid_for="72h")
+    alice = renter(p, "alice")
+    teams.create_team(p, alice, "alice-t1")
+    teams.create_team(p, alice, "alice-t2")
+    vouchers.redeem(p, alice, "FREE5", team="alice-t1")
+    for team in (None, "alice-t1", "alice-t2"):
+        with pytest.raises(Conflict) as err:
+            vouchers.redeem(p, alice, "FREE5", team=team)
+        assert err.value.code == "voucher_already_redeemed", team
+    assert [v.campaign for v in vouchers.vouchers_of(p, alice, "alice-t1")] == ["welcome"]
+    assert vouchers.vouchers_of(p, alice) == [] and vouchers.vouchers_of(p, alice, "alice-t2") == []
+    fake_clock.advance(seconds=60)
+    campaign(p, "newcomers", "10.00", trigger="code", code="NEW10", valid_for="72h", eligibility="new")
+    teams.create_team(p, alice, "fresh-alice")  # a new account, an old person
+    for team in (None, "fresh-alice"):
+        with pytest.raises(Conflict) as err:
+            vouchers.redeem(p, alice, "NEW10", team=team)
+        assert err.value.code == "voucher_not_eligible", team
+    fake_clock.advance(seconds=60)
+    newbie = renter(p, "newbie")
+    assert vouchers.redeem(p, newbie, "NEW10").campaign == "newcomers"
+    assert_ledger_consistent(p)

@@ -140,13 +140,35 @@ def _open(c: VoucherCampaign, now_ms: int) -> bool:
     return c.active and c.valid_from_ms <= now_ms and (c.valid_until_ms is None or now_ms < c.valid_until_ms)
 
 
-def grant(session: Session, campaign: VoucherCampaign, ba: BillingAccount, now_ms: int) -> VoucherGrant:
+def grant(
+    session: Session, campaign: VoucherCampaign, ba: BillingAccount, now_ms: int, redeemer: User | None = None
+) -> VoucherGrant:
     """Give ``ba`` one voucher of ``campaign`` in the caller's transaction; refuses (and changes
-    nothing) past the campaign's limits, its window, or its eligibility."""
+    nothing) past the campaign's limits, its window, or its eligibility.
+
+    A code ``redeemer`` (a person) gets at most ``max_per_account`` of a campaign's vouchers over every
+    account they redeem onto, and "new" means the *person* joined since the campaign started: any renter
+    can make teams, each a billing account, so per-account limits alone let one person redeem a code
+    onto team after team (found by an attacker's pass in issue 11's last stop). The caller holds the
+    redeemer's personal account lock, which serialises their redemptions."""
     if not _open(campaign, now_ms):
         raise Conflict("voucher_not_available", f"campaign {campaign.name} is not open now")
-    if campaign.eligibility == "new" and ba.created_at_ms < campaign.valid_from_ms:
-        raise Conflict("voucher_not_eligible", f"campaign {campaign.name} is for accounts created since it started")
+    born = redeemer.created_at_ms if redeemer is not None else ba.created_at_ms
+    if campaign.eligibility == "new" and born < campaign.valid_from_ms:
+        who = "people who joined" if redeemer is not None else "accounts created"
+        raise Conflict("voucher_not_eligible", f"campaign {campaign.name} is for {who} since it started")
+    if redeemer is not None:
+        mine = session.execute(
+            select(func.count(VoucherGrant.id)).where(
+                VoucherGrant.campaign_id == campaign.id, VoucherGrant.redeemed_by_user_id == redeemer.id
+            )
+        ).scalar_one()
+        if mine >= campaign.max_per_account:
+            raise Conflict(
+                "voucher_already_redeemed",
+                f"you already redeemed campaign {campaign.name}'s voucher; a code is once per person, "
+                "whichever account it goes to",
+            )
     held = session.execute(
         select(func.count(VoucherGrant.id)).where(
             VoucherGrant.campaign_id == campaign.id, VoucherGrant.billing_account_id == ba.id
@@ -188,6 +210,7 @@ def grant(session: Session, campaign: VoucherCampaign, ba: BillingAccount, now_m
                 granted_at_ms=now_ms,
                 expires_at_ms=expires,
                 expired=False,
+                redeemed_by_user_id=redeemer.id if redeemer is not None else None,
             )
             session.add(row)
             session.flush()
@@ -225,7 +248,7 @@ def grant_signup_vouchers(session: Session, ba: BillingAccount, now_ms: int) -> 
     return count
 
 
-def redeem_code(p: Platform, billing_account_id: int, code: str) -> GrantView:
+def redeem_code(p: Platform, billing_account_id: int, code: str, redeemer: User | None = None) -> GrantView:
     with p.db.write() as s:
         campaign = (
             s.scalars(
@@ -236,8 +259,11 @@ def redeem_code(p: Platform, billing_account_id: int, code: str) -> GrantView:
         )
         if campaign is None:
             raise NotFound("voucher_code_not_found", "no voucher has this code; check it for typos")
+        if redeemer is not None:  # the person's account first (the one lock order), then the payer's
+            personal = personal_account(s, redeemer.id).id
+            lock_billing_account(s, personal)
         lock_billing_account(s, billing_account_id)
-        row = grant(s, campaign, billing_account(s, billing_account_id), p.clock.now_ms())
+        row = grant(s, campaign, billing_account(s, billing_account_id), p.clock.now_ms(), redeemer)
         return _views(s, [row.id], p.clock.now_ms())[0]
 
 
@@ -499,7 +525,7 @@ def redeem(p: Platform, user: User, code: str, team: str | None = None) -> Grant
     """Redeem ``code`` onto the caller's personal account, or onto ``team``'s (member or above)."""
     with p.db.read() as s:
         payer = _payer(s, user, team, spend=True)
-    return redeem_code(p, payer, code)
+    return redeem_code(p, payer, code, redeemer=user)
 
 
 def grant_to(p: Platform, campaign_name: str, *, user: str | None = None, team: str | None = None) -> GrantView:

@@ -442,6 +442,8 @@ class VoucherGrant(Base):
     expires_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     expired: Mapped[bool] = mapped_column(Boolean, default=False)
     expiry_warned_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # voucher_expiring sent
+    # The person who redeemed a code (NULL: sign-up and operator grants): a code is once per person too.
+    redeemed_by_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
 
 
 class Invoice(Base):
