@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
@@ -31,6 +34,10 @@ def snapshot(live: LiveServer, c: httpx.Client) -> tuple[object, ...]:
         ({"gpu_model": "T4", "command": ["true"], "env": {"HOME": "/"}}, 422, "invalid_env"),
         ({"gpu_model": "T4", "command": ["true"], "env": {"X": "a\u0000b"}}, 422, "invalid_env"),
         ({"gpu_model": "T4", "command": ["true"], "name": "a\u0000b"}, 422, "invalid_name"),
+        # An attacker's pass: a 120 MB argument was stored (and kept after rm), 30 MB jobs slowed every tick.
+        ({"gpu_model": "T4", "command": ["sh", "-c", "x" * (200 << 10)]}, 422, "invalid_command"),
+        ({"gpu_model": "T4", "command": ["true", *["y" * 1000] * 200]}, 422, "invalid_command"),
+        ({"gpu_model": "T4", "command": ["sh", "-c", "x" * (2 << 20)]}, 413, "request_too_large"),
     ],
 )
 def test_bad_rent_requests(live: LiveServer, body: dict[str, object], status: int, code: str) -> None:
@@ -119,13 +126,15 @@ def test_gpu_quota_over_http(live: LiveServer) -> None:
         ({"command": ["true"], "gpus": 2**40}, "invalid_gpu_count"),
         ({"command": ["true"], "image": "no-such"}, "image_not_found"),
         ({"command": ["true"], "env": {"DANLU_JOB_ID": "x"}}, "invalid_env"),
+        ({"command": ["python", "-c", "x" * (200 << 10)]}, "invalid_command"),
+        ({"command": ["python", "-c", "x" * (2 << 20)]}, "request_too_large"),
     ],
 )
 def test_bad_job_submissions_queue_nothing(live: LiveServer, body: dict[str, object], code: str) -> None:
     with live.new_user("jude") as c:
         r = c.post("/jobs", json=body)
         assert r.json()["error"]["code"] == code, r.text
-        assert r.status_code in (404, 422)
+        assert r.status_code in (404, 413, 422)
         assert c.get("/jobs").json() == []
 
 
@@ -225,3 +234,20 @@ def test_a_far_deadline_is_refused_and_listing_keeps_working(live: LiveServer) -
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_deadline"
         assert c.get("/jobs").status_code == 200
         assert c.get("/jobs").json() == []
+
+
+def test_a_chunked_body_is_limited_too_and_a_small_one_passes(live: LiveServer) -> None:
+    """Without a Content-Length the limit counts the chunks as they arrive (nothing was limited before)."""
+
+    def chunks(body: bytes, size: int = 64 << 10) -> Iterator[bytes]:
+        yield from (body[i : i + size] for i in range(0, len(body), size))
+
+    with live.new_user("chunky") as c:
+        before = snapshot(live, c)
+        huge = json.dumps({"gpu_model": "T4", "command": ["sh", "-c", "x" * (3 << 20)]}).encode()
+        r = c.post("/instances", content=chunks(huge), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+        assert snapshot(live, c) == before
+        small = json.dumps({"gpu_model": "Z9000", "command": ["true"]}).encode()
+        r = c.post("/instances", content=chunks(small, 8), headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_gpu_model", r.text  # read whole

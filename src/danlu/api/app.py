@@ -62,6 +62,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.state.platform = platform
     app.state.loop = loop
     errors.install(app)
+    app.add_middleware(errors.BodyLimit)
     for module in (offers, instances, jobs, images, account, admin, operator):
         app.include_router(module.router, prefix=API_PREFIX)
     for extra in (teams_router, vouchers_router, holds_router):  # issue 9: teams, vouchers, packages

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from danlu.core.errors import DanluError
 
@@ -75,3 +76,53 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
         if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
             allowed.append(method)
     return allowed
+
+
+MAX_BODY_BYTES = 1 << 20  # no request needs more: commands and environments are 64 KiB each at most
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` answers 413 ``request_too_large`` (JSON, like every
+    error) before any route reads it (a 120 MB rental request was read whole into memory and stored: an
+    attacker's pass in issue 11's last stop). A declared Content-Length is checked at once; a chunked body
+    is counted as it arrives, held back until it ends, then handed on. (FastAPI's own ``max_body_size``
+    answers in plain text, and replaces any response to a request that declared too long a body.)"""
+
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"]) if scope["type"] == "http" else {}
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, send)
+            return
+        if declared is not None or b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+        total = 0
+        while True:
+            message = await receive()
+            held.append(message)
+            if message["type"] != "http.request":
+                break
+            total += len(message.get("body", b""))
+            if total > self.max_bytes:
+                await self._refuse(scope, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        message = f"a request body is at most {self.max_bytes >> 10} KiB; send less (long scripts go in a file)"
+        await JSONResponse(status_code=413, content=_body("request_too_large", message))(scope, _gone, send)
+
+
+async def _gone() -> Message:
+    return {"type": "http.disconnect"}

@@ -42,6 +42,7 @@ from danlu.notify.feed import instance_event
 from danlu.telemetry.limits import RunLimits
 
 MAX_COMMAND_ARGS = 256
+MAX_COMMAND_BYTES = 64 << 10  # all arguments together, as for the environment
 
 
 def transition(
@@ -76,9 +77,17 @@ def transition(
 
 
 def check_command_args(command: list[str]) -> None:
-    """What every command must be, a rental's or a job's: few arguments, all text, no NUL bytes."""
+    """What every command must be, a rental's or a job's: few arguments, all text, no NUL bytes, at most
+    ``MAX_COMMAND_BYTES`` in all (a 120 MB argument was stored and kept after ``rm``; queued 30 MB jobs
+    slowed every scheduling round: an attacker's pass in issue 11's last stop)."""
     if len(command) > MAX_COMMAND_ARGS or any(not isinstance(c, str) or "\x00" in c for c in command):
         raise InvalidInput("invalid_command", f"a command has at most {MAX_COMMAND_ARGS} arguments and no NUL bytes")
+    if sum(len(c.encode("utf-8", "surrogatepass")) for c in command) > MAX_COMMAND_BYTES:
+        raise InvalidInput(
+            "invalid_command",
+            f"a command is at most {MAX_COMMAND_BYTES >> 10} KiB; put a long script in a file in the workspace "
+            "and run that file",
+        )
 
 
 def _validate_command(command: list[str]) -> list[str]:
