@@ -164,3 +164,20 @@ def test_a_refused_student_can_ask_again_and_teams_get_no_student_discount(p: Pl
     fake_clock.advance(seconds=10)
     meter_all(p)
     assert usage(p, inst.id) == (10, 0, 0, 10)
+
+
+def test_the_loop_meters_again_when_a_hard_cap_will_be_reached_not_at_the_next_interval(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """Running out of money was predicted to the second, a hard cap was not: a capped instance ran on, unpaid,
+    until the next meter pass (about 8 s past its cap in a newcomer's pass)."""
+    user = renter(p, "hope", "10.00")
+    capped = instances.rent(p, user, "A100-80GB", 1, ["x"])  # 1 fen per second
+    budgets.set_budget(p, user, team=None, instance=capped.id, period="total", hard="0.05")
+    start = fake_clock.now_ms()
+    fake_clock.advance(seconds=2)
+    report = meter_all(p)
+    assert report.next_exhaustion_ms == start + 6_000, report  # whole seconds: the 6th one is billable from then
+    fake_clock.set(report.next_exhaustion_ms)
+    meter_all(p)
+    assert usage(p, capped.id)[3] == 5 and instances.show(p, user, capped.id).status == "stopping"

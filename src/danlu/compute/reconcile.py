@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from danlu.billing import storage, vouchers
+from danlu.billing.caps import hard_caps, in_scope
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
 from danlu.compute import fstree, holds
 from danlu.compute.backends.base import RunState
@@ -271,6 +272,11 @@ def _next_exhaustion(p: Platform, now: int) -> int | None:
         if remaining:
             budgets = vouchers.spendable_minor(s, list(remaining), now)
             times += [exhaustion_ms(a, budgets.get(b, 0), now) for b, a in remaining.items()]
+            # Hard caps too (a capped instance ran on, unpaid, until the next interval: issue 11's last stop).
+            for payer, allocs in remaining.items():
+                for budget, left in hard_caps(s, payer, now):
+                    scoped = [a for a in allocs if in_scope(budget, a) and a.hold_id is None]
+                    times.append(exhaustion_ms(scoped, left, now) if scoped else None)
     return min((t for t in times if t is not None), default=None)
 
 
