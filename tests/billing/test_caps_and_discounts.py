@@ -181,3 +181,13 @@ def test_the_loop_meters_again_when_a_hard_cap_will_be_reached_not_at_the_next_i
     fake_clock.set(report.next_exhaustion_ms)
     meter_all(p)
     assert usage(p, capped.id)[3] == 5 and instances.show(p, user, capped.id).status == "stopping"
+
+
+def test_a_soft_limit_above_the_hard_cap_is_refused_and_nothing_is_stored(p: Platform) -> None:
+    """It could never warn: the hard cap stops spending first (accepted until a newcomer's pass)."""
+    user = renter(p, "sofia", "10.00")
+    with pytest.raises(InvalidInput) as err:
+        budgets.set_budget(p, user, team=None, soft="5.00", hard="1.00")
+    assert err.value.code == "invalid_budget" and "above the hard cap" in err.value.message
+    assert budgets.list_budgets(p, user) == []
+    assert budgets.set_budget(p, user, team=None, soft="1.00", hard="1.00").hard_minor == 100  # equal is fine

@@ -85,6 +85,12 @@ def set_budget(
         cur = currency(s)
         soft_minor = parse_amount(soft, cur, allow_zero=False, field="soft limit") if soft is not None else None
         hard_minor = parse_amount(hard, cur, allow_zero=False, field="hard cap") if hard is not None else None
+        if soft_minor is not None and hard_minor is not None and soft_minor > hard_minor:
+            raise InvalidInput(
+                "invalid_budget",
+                f"the soft limit {soft} is above the hard cap {hard}, so it could never warn (the cap stops "
+                "spending first); set it at or below the cap",
+            )
         row = s.scalars(select(Budget).where(Budget.billing_account_id == ba_id, Budget.scope == scope)).first()
         if row is None:
             row = Budget(

@@ -166,8 +166,8 @@ def grant(
         if mine >= campaign.max_per_account:
             raise Conflict(
                 "voucher_already_redeemed",
-                f"you already redeemed campaign {campaign.name}'s voucher; a code is once per person, "
-                "whichever account it goes to",
+                f"you already have campaign {campaign.name}'s voucher: a code is once per person, "
+                "whichever account it went to",
             )
     held = session.execute(
         select(func.count(VoucherGrant.id)).where(

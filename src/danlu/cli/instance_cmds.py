@@ -158,7 +158,7 @@ def show(
         console.print(f"{label:>12}: {human(r.get(key))}", markup=False, highlight=False)
     if v.get("hold_id"):
         console.print(f"{'on hold':>12}: {v['hold_id']} (prepaid; `danlu hold show {v['hold_id']}`)", markup=False)
-    for key, label in [("stopped_storage_per_day", "storage/day"), ("workspace_release_at", "released at")]:
+    for key, label in [("stopped_storage_per_day", "storage/day"), ("workspace_release_at", "to be released at")]:
         if v.get(key) is not None:  # a stopped instance whose workspace is kept
             extra = f" {v['currency']}" if key == "stopped_storage_per_day" else ""
             console.print(f"{label:>12}: {v[key]}{extra}", markup=False, highlight=False)

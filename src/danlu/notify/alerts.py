@@ -70,8 +70,8 @@ def low_balance(p: Platform, currency: str) -> int:
                     billing_account_id=ba_id,
                     kind="low_balance",
                     message=f"{row.name}: {money} {currency} left (vouchers, balance and credit) runs out at about "
-                    f"{iso(end)} at the current burn; top up (`danlu balance`) or stop something, or running "
-                    "instances stop then",
+                    f"{iso(end)} at the current burn; ask the operator to top it up (`danlu balance` shows it) "
+                    "or stop something, or running instances stop then",
                     at_ms=now,
                 )
             )
