@@ -4,6 +4,7 @@ disk limit went unmeasured, the run's end unrecorded and ``rm`` answered 500, le
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,17 +41,30 @@ def ws(tmp_path: Path) -> Iterator[Path]:
     fstree.remove_tree(tmp_path / "ws")
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _fds_into(path: Path) -> list[str]:
+    """This process's open descriptors on ``path`` or below (other threads' descriptors do not count)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:  # gone (the listing's own), or a path too long to name: the deep tree's
+            if exc.errno != errno.ENAMETOOLONG:
+                continue
+            target = f"{path}/…"
+        if target == str(path) or target.startswith(f"{path}/"):
+            out.append(target)
+    return out
 
 
 def test_a_tree_deeper_than_the_recursion_limit_is_measured_whole(ws: Path) -> None:
-    before = _open_fds()
     u = usage((str(ws),), max_files=10_000)
     assert u.files == DEPTH + 1  # every folder and the payload at the bottom
     assert u.bytes >= 1 << 20
     assert workspace_bytes(str(ws)) == 1 << 20
-    assert _open_fds() == before  # one folder open at a time, closed after
+    assert _fds_into(ws) == []  # all closed after
+    held: list[int] = []
+    fstree.scan(str(ws), lambda name, st: held.append(len(_fds_into(ws))) is None)
+    assert len(held) == DEPTH + 1 and max(held) == 1  # one folder open at a time, even 3,000 levels down
 
 
 def test_the_walk_stops_at_the_file_limit(ws: Path) -> None:
@@ -64,11 +78,10 @@ def test_a_deep_tree_is_removed_without_following_links(tmp_path: Path, ws: Path
     (ws / "link").symlink_to(outside)
     (ws / "file-link").symlink_to(outside / "keep")
     os.link(outside / "keep", ws / "hard")
-    before = _open_fds()
     assert fstree.remove_tree(ws) is True
     assert not ws.exists()
     assert (outside / "keep").read_text() == "not the renter's"
-    assert _open_fds() == before
+    assert _fds_into(ws) == [] and _fds_into(outside) == []
     assert fstree.remove_tree(ws) is True  # already gone: nothing to do
 
 
