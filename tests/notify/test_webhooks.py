@@ -209,3 +209,16 @@ def test_pinned_urls_keep_the_port_path_and_the_name_for_tls() -> None:
         {"Host": "hooks.example.org"},
         {},
     )
+
+
+def test_a_renters_url_never_reaches_this_machine_by_its_own_public_address(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a host with a public address, services listening on 0.0.0.0 were reachable by a renter's webhook
+    (the check was "is it global?" only; the sandbox's network filter already excludes the host's own)."""
+    monkeypatch.setattr(webhooks, "host_addresses", lambda: ["127.0.0.1", "93.184.216.34"])  # this machine's
+    ann = renter(platform, "ann", None)
+    with pytest.raises(InvalidInput) as e:
+        webhooks.add(platform, ann, "http://93.184.216.34:9090/metrics")
+    assert e.value.code == "webhook_address_not_allowed" and "this machine" in e.value.message
+    assert webhooks.add(platform, ann, "https://8.8.8.8/hook").id  # another public address
