@@ -50,6 +50,12 @@ def test_roles_payer_visibility_and_removal(live: LiveServer) -> None:
         assert bob.get("/balance").json()["balance"] == "1.00"
         # team members see it; an outsider gets 404 on the instance, its job and the team
         assert vera.get(f"/instances/{iid}").status_code == 200
+        # … and in the team's listing (until a newcomer's pass only by typing its id); not in their own
+        for member in (vera, owner):
+            assert [v["id"] for v in member.get("/instances", params={"team": "lab"}).json()] == [iid]
+        assert vera.get("/instances").json() == []
+        listed = out.get("/instances", params={"team": "lab"})
+        assert listed.status_code == 404 and listed.json()["error"]["code"] == "team_not_found", listed.text
         assert vera.get(f"/jobs/{jid}").status_code == 200
         for path in (f"/instances/{iid}", f"/jobs/{jid}", f"/jobs/{jid}/events", "/teams/lab"):
             r = out.get(path)

@@ -100,13 +100,15 @@ def rent(
 
 def ps(
     all_: bool = typer.Option(False, "--all", help="Include destroyed instances."),
+    team: str = typer.Option(None, "--team", help="Every instance this team pays for (any member may look)."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw every --interval seconds until Ctrl-C."),
     interval: float = typer.Option(1.0, "--interval", help="With --watch: seconds between redraws (at least 0.5)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Your instances with live cost (``--watch``: a live view, status and cost by the second)."""
     client = Client()
-    rows = client.get("/instances", params={"all": all_})
+    params: dict[str, Any] = {"all": all_} | ({"team": team} if team else {})
+    rows = client.get("/instances", params=params)
     if as_json:
         print_json(rows)
         return
@@ -124,7 +126,7 @@ def ps(
         with Live(table(rows), console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(max(0.5, interval))
-                live.update(table(client.get("/instances", params={"all": all_})))
+                live.update(table(client.get("/instances", params=params)))
     except KeyboardInterrupt:
         pass
 

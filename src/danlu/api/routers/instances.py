@@ -20,6 +20,7 @@ from danlu.api.schemas import (
     RentRequest,
     ScheduleIn,
     ScheduleOut,
+    TeamQuery,
     errors,
 )
 from danlu.compute import holds, schedules, views
@@ -71,9 +72,13 @@ LISTING = TypeAdapter(list[InstanceOut])
 
 @router.get("", response_model=list[InstanceOut], **paged("created_at", "id"))
 async def list_instances(  # a memo hit on the event loop, a miss in the thread pool
-    p: PlatformDep, user: CurrentUser, all: bool = False
+    p: PlatformDep, user: CurrentUser, all: bool = False, team: TeamQuery = None
 ) -> Response:
-    """The JSON bytes are rendered again only when the listing would change (views.render_listing)."""
+    """Your instances, or with ``team`` every instance that team pays for (any member may look). The JSON
+    bytes of your own listing are rendered again only when it would change (views.render_listing)."""
+    if team is not None:
+        shown = await run_in_threadpool(views.list_team_instances, p, user, team, all)
+        return Response(LISTING.dump_json([InstanceOut.of(v) for v in shown]), media_type="application/json")
     body = views.rendered_listing(p, user, all, "json")
     if body is None:
         body = await run_in_threadpool(_listing_json, p, user, all)
