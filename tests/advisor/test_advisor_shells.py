@@ -149,3 +149,17 @@ def test_gpu_counts_take_gpus_and_count_alike(monkeypatch: pytest.MonkeyPatch) -
     for command in (["rent"], ["run"], ["hold", "buy"], ["advise", "plan"]):
         help_text = runner.invoke(cli_app, [*command, "--help"]).output
         assert "--gpus" in help_text and "--count" in help_text, command
+
+
+def test_the_operators_tariffs_become_one_off_peak_window_the_one_saving_most_a_week() -> None:
+    from decimal import Decimal
+
+    from danlu.advisor.plans import offpeak_window
+
+    night = (7, "23:00", "07:00", Decimal("0.5"), [])  # wraps midnight: 8 h a day, 28 h saved a week
+    weekend = (2, "00:00", "00:00", Decimal("0.7"), ["on-demand"])  # whole days: 48 h × 0.3 = 14.4 h
+    spot_only = (7, "00:00", "12:00", Decimal("0.1"), ["interruptible"])  # not the on-demand price
+    dearer = (7, "12:00", "18:00", Decimal("1.5"), [])  # a surcharge is not off-peak
+    assert offpeak_window([weekend, night, spot_only, dearer]) == (Decimal("50"), 8.0)
+    assert offpeak_window([weekend]) == (Decimal("30"), 48 / 7)
+    assert offpeak_window([spot_only, dearer]) is None and offpeak_window([]) is None

@@ -39,3 +39,24 @@ def test_the_advisor_quotes_packages_from_the_terms_on_sale_at_the_price_a_purch
         assert adm.delete("/admin/plans/package-month").status_code == 204
     gone = renter.post("/advice/plan", json=profile).json()
     assert {p["plan"] for p in gone["plans"]} == {"hourly", "reserved-3m"}
+
+
+def test_the_operators_cheaper_hours_reach_the_advisor_as_an_off_peak_plan(live: LiveServer) -> None:
+    """docs/advisor.md: off-peak "when the operator configures it". Tariffs never reached the advisor (its
+    off-peak plan was never set): a newcomer's pass saw only on-demand with a ×0.5 night tariff in force."""
+    renter = live.new_user("nightowl")
+    ask = {"params": 1e9, "task": "inference", "tokens": 1e6, "gpu": "A100-80GB", "currency": "CNY"}
+
+    def mine() -> dict[str, dict[str, str]]:
+        ranked = renter.post("/advice", json=ask).json()["options"]
+        return {o["plan"]: o for o in ranked if o["provider"] == "this platform" and o["gpu_count"] == 1}
+
+    assert "off-peak" not in mine()
+    night = {"name": "night", "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], "from": "23:00"}
+    with live.admin() as adm:
+        assert adm.post("/admin/tariffs", json={**night, "to": "07:00", "multiplier": "0.5"}).status_code == 201
+        weekend = {**night, "name": "weekend", "days": ["sat"], "from": "00:00", "to": "06:00", "multiplier": "0.8"}
+        assert adm.post("/admin/tariffs", json=weekend).status_code == 201  # saves less a week: not the one
+    got = mine()
+    assert "8 off-peak h/day at -50%" in got["off-peak"]["note"], got["off-peak"]
+    assert Decimal(got["off-peak"]["cost"]) < Decimal(got["on-demand"]["cost"])

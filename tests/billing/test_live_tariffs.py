@@ -49,6 +49,15 @@ def test_usage_across_a_tariff_boundary_is_billed_exactly_30_s_at_each_rate(p: P
     instances.stop(p, user, inst.id)
     assert usage(p, inst.id) == (45, 0, 0, 45)  # 30 s × 1 fen + 30 s × 0.5 fen
     check_books(p)
+    # `danlu cost` says the multiplier of the tariff part, so its rate times its seconds is its amount (it
+    # showed only the list price beside 0.15 for 30 s: a newcomer could not reconcile it)
+    from danlu.billing.cost import explain_cost
+
+    lines = explain_cost(p, user, inst.id).as_dict()["lines"]
+    assert [(x["tariff"], x["seconds"], x["price_per_hour"], x["multiplier"], x["amount"]) for x in lines] == [  # type: ignore[union-attr]
+        (None, 30, "36.00", "1", "0.30"),
+        ("night", 30, "36.00", "0.5", "0.15"),
+    ]
 
 
 def test_a_rule_added_or_retired_later_never_re_rates_running_work(p: Platform, fake_clock: FakeClock) -> None:
@@ -97,3 +106,17 @@ def test_a_bad_rule_is_refused_and_changes_nothing(
     with pytest.raises(InvalidInput):
         tariffs.add_rule(p, "bad", days, start, end, mult)
     assert tariffs.list_rules(p, include_retired=True) == []
+
+
+def test_renting_in_a_cheaper_window_needs_the_balance_for_the_price_in_force(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """The up-front check asked for a minute at the list price while a ×0.5 tariff was in force (a newcomer
+    was told 0.60 was needed where 0.30 covers it)."""
+    fake_clock.set(at("2026-12-01T12:00:00"))
+    tariffs.add_rule(p, "night", EVERY_DAY, "23:00", "08:00", "0.5")
+    fake_clock.set(at("2026-12-01T23:30:00"))
+    assert p.settings.min_prepaid_seconds == 60
+    user = renter(p, "nell", "0.30")  # a minute at 0.5 fen/s (at the list price it would need 0.60)
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    assert inst.status == "running"

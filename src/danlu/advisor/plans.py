@@ -10,7 +10,7 @@ are registered from the platform's terms (danlu.billing.commitments); new plans 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, localcontext
@@ -41,6 +41,28 @@ class PlatformPlans:
     offpeak_discount_pct: Decimal | None = None
     offpeak_hours_per_day: float = 8.0
     terms: dict[str, int] = field(default_factory=dict)
+
+
+def offpeak_window(rules: Iterable[tuple[int, str, str, Decimal, Iterable[str]]]) -> tuple[Decimal, float] | None:
+    """The operator's time-of-day tariffs as the advisor's one off-peak window: of the rules ``(days a week,
+    "HH:MM" from, "HH:MM" to, multiplier, plans)`` that cut the on-demand price, the one that saves most over a
+    week (its hours a week × (1 − multiplier)), as (discount %, hours a day averaged over 7 days); None when
+    no rule cuts it. A window whose end is not after its start runs past midnight."""
+
+    def minutes(hhmm: str) -> int:
+        h, m = hhmm.split(":")
+        return int(h) * 60 + int(m)
+
+    best: tuple[Decimal, Decimal, float] | None = None  # (weekly saving, discount %, hours a day)
+    for days, start, end, multiplier, plans in rules:
+        plans = list(plans)
+        if multiplier >= 1 or (plans and "on-demand" not in plans) or days <= 0:
+            continue
+        hours = Decimal((minutes(end) - minutes(start)) % 1440 or 1440) / 60
+        saving = hours * days * (1 - multiplier)
+        if best is None or saving > best[0]:
+            best = (saving, (1 - multiplier) * 100, float(hours * days / 7))
+    return None if best is None else (Decimal(format(best[1].normalize(), "f")), best[2])
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ documentation at /docs and /redoc, served offline: their scripts come from an in
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from danlu import __version__, console
-from danlu.advisor.plans import PlatformOffer, PlatformPlans
+from danlu.advisor.plans import PlatformOffer, PlatformPlans, offpeak_window
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
@@ -33,7 +34,7 @@ from danlu.api.routers import telemetry as telemetry_router
 from danlu.api.routers import vouchers as vouchers_router
 from danlu.api.routers import webhooks as webhooks_router
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
-from danlu.billing import terms
+from danlu.billing import tariffs, terms
 from danlu.billing.accounts import currency
 from danlu.compute.offers import list_offers
 from danlu.context import Platform
@@ -172,8 +173,15 @@ def _swap_patterns(node: object, swap: dict[str, str]) -> None:
 
 
 def platform_plans_for_advice(p: Platform) -> PlatformPlans:
-    """The packages and reserved commitments on sale here, for the advisor's ranking and plans."""
-    return PlatformPlans(terms={v.term: v.discount_bp for v in terms.list_terms(p)})
+    """The packages and reserved commitments on sale here, and the operator's cheaper time-of-day tariffs as
+    one off-peak window (``plans.offpeak_window``), for the advisor's ranking and plans. (Until issue 11's
+    last stop the off-peak plan was never set here, so tariffs never reached the advisor.)"""
+    rules = [(len(r.days), r.start, r.end, Decimal(r.multiplier), r.plans) for r in tariffs.list_rules(p)]
+    window = offpeak_window(rules)
+    on_sale = {v.term: v.discount_bp for v in terms.list_terms(p)}
+    if window is None:
+        return PlatformPlans(terms=on_sale)
+    return PlatformPlans(offpeak_discount_pct=window[0], offpeak_hours_per_day=window[1], terms=on_sale)
 
 
 def platform_offers_for_advice(p: Platform) -> list[PlatformOffer]:

@@ -1026,7 +1026,8 @@ class CostLineOut(BaseModel):
     tariff: str | None
     seconds: int
     gpus: int
-    price_per_hour: str
+    price_per_hour: str = Field(description="The list price per GPU-hour")
+    multiplier: str = Field("1", description="The tariff's multiplier: the price applied is price_per_hour × it")
     gross: str
     discount: str
     vouchers: str = Field(description="An amount, or pending (not posted yet)")

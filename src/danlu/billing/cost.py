@@ -11,6 +11,7 @@ The amounts add up to the instance's cost as ``danlu show`` reports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 
 from sqlalchemy import func, select
@@ -38,6 +39,7 @@ class CostLine:
     cash_minor: int | None
     amount_minor: int
     posted: bool
+    multiplier: Decimal = Decimal(1)  # the tariff's: the price applied is price_per_hour x multiplier
 
     def as_dict(self, cur: str) -> dict[str, object]:
         def money(v: int | None) -> str:
@@ -51,6 +53,7 @@ class CostLine:
             "seconds": self.seconds,
             "gpus": self.gpus,
             "price_per_hour": format_minor(self.price_per_hour_minor, cur),
+            "multiplier": str(self.multiplier),
             "gross": format_minor(self.gross_minor, cur),
             "discount": format_minor(self.discount_minor, cur),
             "vouchers": money(self.voucher_minor),
@@ -98,15 +101,16 @@ def _posted(a: Allocation, gross: int, voucher: int, amount: int) -> list[CostLi
     seconds = billable_seconds(a.started_at_ms, a.billed_until_ms)
     parts = segments(allocation_rate(a), 0, seconds) or []
     if len(parts) <= 1:
-        split = [(parts[0].tariff if parts else None, seconds, gross, voucher, amount)]
+        one = (parts[0].tariff, parts[0].multiplier) if parts else (None, Decimal(1))
+        split = [(*one, seconds, gross, voucher, amount)]
     else:
         weights = [p.exact for p in parts]
         g = spread(gross, [p.gross_exact for p in parts])
         v, m = spread(voucher, weights), spread(amount, weights)
-        split = [(p.tariff, p.seconds, g[i], v[i], m[i]) for i, p in enumerate(parts)]
+        split = [(p.tariff, p.multiplier, p.seconds, g[i], v[i], m[i]) for i, p in enumerate(parts)]
     return [
-        CostLine(a.id, a.plan, t, s, a.gpu_count, a.price_per_hour_minor, g_, g_ - m_, v_, m_ - v_, m_, True)
-        for t, s, g_, v_, m_ in split
+        CostLine(a.id, a.plan, t, s, a.gpu_count, a.price_per_hour_minor, g_, g_ - m_, v_, m_ - v_, m_, True, x)
+        for t, x, s, g_, v_, m_ in split
     ]
 
 

@@ -82,8 +82,9 @@ def cost(instance_id: str = typer.Argument(..., help="The instance id."), as_jso
     for line in data["lines"]:
         if line["plan"] == "storage":  # a stopped workspace: MiB at a price per GB-month
             line["rate"] = f"{line['gpus']} MiB x {line['price_per_hour']}/GB-month"
-        else:
-            line["rate"] = f"{line['gpus']} x {line['price_per_hour']}/h"
+        else:  # a tariff's part says its multiplier: the price applied is the list price times it
+            mult = line.get("multiplier", "1")
+            line["rate"] = f"{line['gpus']} x {line['price_per_hour']}/h" + (f" x {mult}" if mult != "1" else "")
         line["what"] = line["description"] + (f" ({line['tariff']})" if line["tariff"] else "")
     print_table(
         data["lines"],

@@ -189,6 +189,8 @@ def open_allocation(
             inst.gpu_count,
             now_ms,
             Plan(plan),
+            # the tariffs it will be rated with (a cheaper window in force asked for the list price before)
+            tariffs=tariffs.parse_snapshot(tariffs.snapshot(session, plan, now_ms)),
             discount_bp=allocation_discount_bp(session, inst.billing_account_id),
         ),
         p.settings.min_prepaid_seconds,
