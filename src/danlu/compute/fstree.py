@@ -45,6 +45,21 @@ def _entries(fd: int, dev: int, visit: Callable[[str, os.stat_result], bool]) ->
     return subdirs, True
 
 
+def _down(fd: int, name: str, dev: int) -> tuple[int, int] | None:
+    """The subfolder ``name`` of the open folder ``fd`` (which is then closed) and its inode; None, with ``fd``
+    still open, when it is gone, was replaced by a symlink, or is on another file system."""
+    try:
+        child = os.open(name, _DIR, dir_fd=fd)
+    except OSError:
+        return None
+    st = os.fstat(child)
+    if st.st_dev != dev:
+        os.close(child)
+        return None
+    os.close(fd)
+    return child, st.st_ino
+
+
 def _up(fd: int, dev: int, ino: int) -> int:
     """The parent of the open folder ``fd`` (which is closed), if it is still the folder (dev, ino)."""
     parent = os.open("..", _DIR, dir_fd=fd)
@@ -71,18 +86,12 @@ def scan(top: str, visit: Callable[[str, os.stat_result], bool]) -> None:
         while go and stack:
             _, pending = stack[-1]
             if pending:
-                try:
-                    child = os.open(pending.pop(), _DIR, dir_fd=fd)
-                except OSError:
-                    continue  # replaced by a symlink or removed meanwhile
-                st = os.fstat(child)
-                if st.st_dev != dev:
-                    os.close(child)
+                down = _down(fd, pending.pop(), dev)
+                if down is None:
                     continue
-                os.close(fd)
-                fd = child
+                fd, ino = down
                 subs, go = _entries(fd, dev, visit)
-                stack.append((st.st_ino, subs))
+                stack.append((ino, subs))
             else:
                 stack.pop()
                 if stack:
@@ -116,17 +125,10 @@ def remove_tree(path: str | os.PathLike[str]) -> bool:
             _, entered, pending = stack[-1]
             if pending:
                 sub = pending.pop()
-                try:
-                    child = os.open(sub, _DIR, dir_fd=fd)
-                except OSError:
-                    continue
-                cst = os.fstat(child)
-                if cst.st_dev != dev:
-                    os.close(child)
-                    continue
-                os.close(fd)
-                fd = child
-                stack.append((cst.st_ino, sub, _empty(fd, dev)))
+                down = _down(fd, sub, dev)
+                if down is not None:
+                    fd, ino = down
+                    stack.append((ino, sub, _empty(fd, dev)))
                 continue
             stack.pop()
             if not stack:
