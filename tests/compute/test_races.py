@@ -362,3 +362,29 @@ def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform
     meter_all(p)
     after = show(p, user, inst.id)
     assert after.storage_cost_minor - before.storage_cost_minor == 300, (before, after)
+
+
+def test_a_clock_that_jumps_during_a_tick_is_metered_on_the_next_one(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The meter bills to the start of a tick; the next pass is due an interval after *that*, not after the
+    tick's end, or time that passed during a tick waited a whole interval (forever on a clock that then
+    stood still: the tenant matrix's PostgreSQL world waited 30 s for usage that never came)."""
+    from danlu.server import loop as loop_mod
+
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["nb"])
+    loop = loop_mod.ControlLoop(p)
+    loop.next_meter_ms = 0
+
+    def slow_round(platform: Platform) -> object:
+        fake_clock.advance(seconds=30)  # the test's (or the machine's) clock moves on mid-tick
+        return None
+
+    monkeypatch.setattr(loop_mod, "schedule_round", slow_round)
+    loop.run_once()
+    monkeypatch.setattr(loop_mod, "schedule_round", lambda platform: None)
+    loop.run_once()  # the clock stands still now
+    with p.db.read() as s:
+        alloc = s.get(Allocation, s.get(Instance, inst.id).current_allocation_id)  # type: ignore[union-attr]
+        assert alloc is not None and alloc.billed_until_ms == fake_clock.now_ms()

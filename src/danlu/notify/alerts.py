@@ -70,7 +70,7 @@ def low_balance(p: Platform, currency: str) -> int:
                     billing_account_id=ba_id,
                     kind="low_balance",
                     message=f"{row.name}: {money} {currency} left (vouchers, balance and credit) runs out at about "
-                    f"{iso(end)} at the current burn; ask the operator to top it up (`danlu balance` shows it) "
+                    f"{iso(end)} at the current burn; ask the operator for a top up (`danlu balance` shows it) "
                     "or stop something, or running instances stop then",
                     at_ms=now,
                 )

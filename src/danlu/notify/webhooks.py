@@ -96,6 +96,12 @@ def check_url(p: Platform, url: str, resolver: Callable[[str, int], list[str]] =
         raise InvalidInput("invalid_webhook_url", f"{parts.hostname} does not resolve from this server") from None
     if not addresses:
         raise InvalidInput("invalid_webhook_url", f"{parts.hostname} does not resolve from this server")
+    bad = None if p.settings.webhook_allow_private else forbidden_address(addresses)
+    if bad is not None:
+        raise InvalidInput(
+            "webhook_address_not_allowed",
+            f"{parts.hostname} resolves to {bad}, not a public address; webhooks reach only the internet",
+        )
     if not p.settings.webhook_allow_private:
         own = set(host_addresses())  # this machine's public addresses too (its services on 0.0.0.0)
         mine = next((a for a in addresses if a.split("%", 1)[0] in own), None)
@@ -104,12 +110,6 @@ def check_url(p: Platform, url: str, resolver: Callable[[str, int], list[str]] =
                 "webhook_address_not_allowed",
                 f"{parts.hostname} resolves to {mine}, an address of this machine; webhooks reach only the internet",
             )
-    bad = None if p.settings.webhook_allow_private else forbidden_address(addresses)
-    if bad is not None:
-        raise InvalidInput(
-            "webhook_address_not_allowed",
-            f"{parts.hostname} resolves to {bad}, not a public address; webhooks reach only the internet",
-        )
     return addresses
 
 

@@ -79,7 +79,7 @@ class ControlLoop:
                 self._phase("alerts", lambda: alerts.run(self.p))
                 self.next_alerts_ms = now + 60_000
             interval_ms = int(self.p.settings.meter_interval_s * 1000)
-            nxt = now + interval_ms
+            nxt = polled_ms + interval_ms  # from what it billed to: a clock that jumped mid-tick meters again
             if report is not None and report.next_exhaustion_ms is not None:
                 nxt = min(nxt, report.next_exhaustion_ms)
             self.next_meter_ms = nxt
