@@ -110,7 +110,8 @@ def test_create_a_team_add_and_change_members_see_its_balance_and_rent_on_it_by_
     with live.platform.db.read() as s:  # on the team's account: the team pays, not alice
         on = s.execute(select(Instance.billing_account_id).where(Instance.id == iid)).scalar_one()
         assert on == s.execute(select(Team.billing_account_id).where(Team.name == "lab")).scalar_one()
-    assert alice_api.post(f"/instances/{iid}/stop").status_code == 200
+    stopped = alice_api.post(f"/instances/{iid}/stop")
+    assert stopped.status_code == 200, (stopped.text, alice_api.get(f"/instances/{iid}").json())
     assert "personal account" in _post(alice, live, "/teams/default", team="")
     assert _default_team_of(live, "alice") is None
 
