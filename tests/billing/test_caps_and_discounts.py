@@ -10,7 +10,7 @@ from danlu.accounts import teams
 from danlu.billing import budgets, student, vouchers
 from danlu.billing import service as billing
 from danlu.billing.accounts import personal_account
-from danlu.compute import instances
+from danlu.compute import instances, views
 from danlu.compute.reconcile import meter_all
 from danlu.compute.runs import PREEMPT_FILE
 from danlu.context import Platform
@@ -191,3 +191,20 @@ def test_a_soft_limit_above_the_hard_cap_is_refused_and_nothing_is_stored(p: Pla
     assert err.value.code == "invalid_budget" and "above the hard cap" in err.value.message
     assert budgets.list_budgets(p, user) == []
     assert budgets.set_budget(p, user, team=None, soft="1.00", hard="1.00").hard_minor == 100  # equal is fine
+
+
+def test_a_rental_needs_a_minutes_room_under_a_hard_cap_as_under_the_balance(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """A 0.01 cap let an A100 (1 fen/s) start and run on until the next meter pass, and a second rental too
+    (nothing was posted yet): a rental needs the room of ``min_prepaid_seconds`` under every cap covering it."""
+    from danlu.core.errors import Conflict
+
+    user = renter(p, "tiny", "10.00")
+    budgets.set_budget(p, user, team=None, period="month", hard="0.59")  # 59 s of an A100; 60 s are needed
+    with pytest.raises(Conflict) as err:
+        instances.rent(p, user, "A100-80GB", 1, ["x"])
+    assert err.value.code == "budget_cap_reached" and "0.59" in err.value.message
+    assert views.list_instances(p, user) == []
+    budgets.set_budget(p, user, team=None, period="month", hard="0.60")
+    assert instances.rent(p, user, "A100-80GB", 1, ["x"]).status == "running"

@@ -206,26 +206,28 @@ def open_allocation(
             f"({format_minor(needed, cur)} {cur}); top up first",
         )
     if inst.job_id is None:
-        _check_hard_caps(session, inst, now_ms)
+        _check_hard_caps(session, inst, now_ms, max(needed, 1))
     alloc = _new_allocation(session, inst, plan, now_ms)
     _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id))
     return alloc
 
 
-def _check_hard_caps(session: Session, inst: Instance, now_ms: int) -> None:
-    """A rental at a hard cap that covers it (the payer's, the renter's or this instance's) is refused: the
-    next meter pass would stop it, after it ran unpaid meanwhile (rent and start were accepted and the
-    process killed seconds later, until a newcomer's pass in issue 11's last stop)."""
+def _check_hard_caps(session: Session, inst: Instance, now_ms: int, needed: int) -> None:
+    """A rental under a hard cap that covers it (the payer's, the renter's or this instance's) needs room for
+    the same ``min_prepaid_seconds`` as the balance (``needed``): the meter only runs every interval, so a
+    rental with less room would run past the cap, unpaid, until the next pass stopped it (rent and start
+    were accepted at a spent cap and killed seconds later, until issue 11's last stop)."""
     for budget, left in hard_caps(session, inst.billing_account_id, now_ms):
         kind, _, ref = budget.scope.partition(":")
         covers = kind == "account" or (kind == "member" and ref == str(inst.user_id)) or ref == inst.id
-        if covers and left == 0:
+        if covers and left < needed:
             cur = currency(session)
             what = {"account": "the account's", "member": "your"}.get(kind, "this instance's")
             raise Conflict(
                 "budget_cap_reached",
-                f"{what} hard budget cap of {format_minor(int(budget.hard_minor or 0), cur)} {cur} is spent; "
-                "raise it (`danlu budget set --hard …`) or wait for the next period, then start again",
+                f"{what} hard budget cap of {format_minor(int(budget.hard_minor or 0), cur)} {cur} has "
+                f"{format_minor(left, cur)} {cur} left, less than the {format_minor(needed, cur)} {cur} a rental "
+                "must be covered for; raise it (`danlu budget set --hard …`) or wait for the next period",
             )
 
 
