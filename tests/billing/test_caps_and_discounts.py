@@ -103,18 +103,18 @@ def test_a_member_budget_caps_one_member_on_the_team_account(p: Platform, fake_c
     billing.admin_topup(p, "lab", "10.00", "seed-lab", team=True)
     with pytest.raises(Forbidden):  # a member cannot set budgets of the account
         budgets.set_budget(p, bob, team="lab", member="bobby", hard="5.00")
-    budgets.set_budget(p, owner, team="lab", member="bobby", hard="0.30", soft="0.20")
+    budgets.set_budget(p, owner, team="lab", member="bobby", hard="0.90", soft="0.60")  # room for a minute
     b = instances.rent(p, bob, "A100-80GB", 1, ["x"], team="lab")
     o = instances.rent(p, owner, "A100-80GB", 1, ["y"], team="lab")
-    fake_clock.advance(seconds=50)
+    fake_clock.advance(seconds=100)
     meter_all(p)
-    assert usage(p, b.id)[3] == 30 and usage(p, o.id)[3] == 50
+    assert usage(p, b.id)[3] == 90 and usage(p, o.id)[3] == 100
     assert instances.show(p, bob, b.id).status == "stopping"
     with p.db.read() as s:
         events = [e.message for e in s.scalars(select(Event).where(Event.kind == "budget_threshold"))]
     assert any("100%" in m for m in events), events
     [view] = [v for v in budgets.list_budgets(p, owner, "lab") if v.scope == "member:bobby"]
-    assert view.spent_minor == 30
+    assert view.spent_minor == 90
     check_books(p)
 
 
