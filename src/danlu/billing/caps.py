@@ -33,12 +33,17 @@ def period_key(now_ms: int, tz: ZoneInfo) -> str:
 
 
 def in_scope(budget: Budget, alloc: Allocation) -> bool:
+    return covers(budget, alloc.user_id, alloc.instance_id)
+
+
+def covers(budget: Budget, user_id: int, instance_id: str) -> bool:
+    """Whether the budget's scope (the account, a member, an instance) takes in this renter's instance."""
     kind, _, ref = budget.scope.partition(":")
     if kind == "account":
         return True
     if kind == "member":
-        return str(alloc.user_id) == ref
-    return alloc.instance_id == ref
+        return str(user_id) == ref
+    return instance_id == ref
 
 
 def _scope_filter(budget: Budget) -> list[object]:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.billing import posting, storage, tariffs
 from danlu.billing.accounts import billing_account, cash_account, currency, lock_billing_account, personal_account
-from danlu.billing.caps import hard_caps
+from danlu.billing.caps import covers, hard_caps
 from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
 from danlu.billing.price_plans import current_plan, held_plan, plan_for_usage
 from danlu.billing.pricing import Plan
@@ -218,11 +218,9 @@ def _check_hard_caps(session: Session, inst: Instance, now_ms: int, needed: int)
     rental with less room would run past the cap, unpaid, until the next pass stopped it (rent and start
     were accepted at a spent cap and killed seconds later, until issue 11's last stop)."""
     for budget, left in hard_caps(session, inst.billing_account_id, now_ms):
-        kind, _, ref = budget.scope.partition(":")
-        covers = kind == "account" or (kind == "member" and ref == str(inst.user_id)) or ref == inst.id
-        if covers and left < needed:
+        if covers(budget, inst.user_id, inst.id) and left < needed:
             cur = currency(session)
-            what = {"account": "the account's", "member": "your"}.get(kind, "this instance's")
+            what = {"account": "the account's", "member": "your"}.get(budget.scope.partition(":")[0], "this instance's")
             raise Conflict(
                 "budget_cap_reached",
                 f"{what} hard budget cap of {format_minor(int(budget.hard_minor or 0), cur)} {cur} has "
