@@ -215,21 +215,36 @@ def test_ps_watch_redraws_live_until_interrupted(server: tuple[str, Path]) -> No
     env = {**cli.env, "COLUMNS": "160", "NO_COLOR": "1"}
     proc = subprocess.Popen([*DANLU, "ps", "--watch", "--interval", "0.5"], env=env, stdout=slave, stderr=slave)
     os.close(slave)
-    shown, began = b"", time.monotonic()
     os.set_blocking(master, False)
-    while time.monotonic() - began < 4:
+    shown = b""
+
+    def drain() -> bool:  # reads what the watch drew so far; False once the terminal is closed
+        nonlocal shown
         try:
             shown += os.read(master, 65536)
         except BlockingIOError:
             time.sleep(0.05)
         except OSError:
-            break
+            return False
+        return True
+
+    def stamps() -> set[str]:
+        return set(re.findall(r"danlu ps — (\d\d:\d\d:\d\d)", shown.decode(errors="replace")))
+
+    # Evidence, not a time window: wait (generously) until two redraws with different times are on
+    # the terminal, then interrupt, and keep reading so the watch never blocks on a full terminal.
+    deadline = time.monotonic() + 90
+    while len(stamps()) < 2 and time.monotonic() < deadline and proc.poll() is None and drain():
+        pass
+    assert len(stamps()) >= 2, shown.decode(errors="replace")  # redrawn, with the time moving on
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=10) == 0
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline and drain():
+        pass
+    assert proc.wait(timeout=30) == 0
     os.close(master)
     text = shown.decode(errors="replace")
     assert iid in text and "running" in text
-    assert len(set(re.findall(r"danlu ps — (\d\d:\d\d:\d\d)", text))) >= 2  # redrawn, with the time moving on
 
 
 def test_run_wait_shows_the_queue_position_until_the_job_runs(server: tuple[str, Path]) -> None:  # noqa: F811

@@ -122,11 +122,14 @@ def ps(
         shown = [_row(v) for v in rows] or [{"id": "no instances"}]
         return build_table(shown, COLUMNS, title, whole=WHOLE, optional=OPTIONAL)[0]
 
+    # Drawn from this thread only (no auto-refresh thread: it redrew the same table and shared Live's
+    # lock with it, so a Ctrl-C landing mid-draw could leave the exit waiting on that thread).
     try:  # Ctrl-C ends the watch at any moment, the first drawing included
-        with Live(table(rows), console=console, refresh_per_second=4) as live:
+        with Live(table(rows), console=console, auto_refresh=False) as live:
+            live.refresh()
             while True:
                 time.sleep(max(0.5, interval))
-                live.update(table(client.get("/instances", params=params)))
+                live.update(table(client.get("/instances", params=params)), refresh=True)
     except KeyboardInterrupt:
         pass
 
