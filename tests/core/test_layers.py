@@ -37,3 +37,22 @@ def test_compute_never_calls_up_into_scheduling() -> None:
         for path in sorted((SRC / "compute").rglob("*.py"))
     }
     assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_sessions_build_on_compute_never_the_reverse() -> None:
+    """access/ (exec, shell) calls the backends' ``enter``; compute never imports access."""
+    offenders = {
+        str(path.relative_to(SRC)): sorted(m for m in _imports(path) if m.startswith("danlu.access"))
+        for path in sorted((SRC / "compute").rglob("*.py"))
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_sandbox_entering_helper_imports_nothing_of_ours() -> None:
+    """It runs as ``python3 -I -S enter.py`` and joins a sandbox's mount namespace: every module it
+    uses must be loaded before that, so it imports only the standard library, at the top."""
+    path = SRC / "compute" / "sandbox" / "enter.py"
+    assert not {m for m in _imports(path) if m.startswith("danlu")}
+    tree = ast.parse(path.read_text())
+    nested = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom) and n not in tree.body]
+    assert not nested, "imports inside functions would read the sandbox's files"

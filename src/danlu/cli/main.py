@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "danlu.cli.telemetry_cmds",
     "danlu.cli.webhook_cmds",
     "danlu.cli.schedule_cmds",
+    "danlu.cli.session_cmds",
     # -- capability command modules above this line --
 ]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,6 +172,22 @@ def read_log(data_dir: Path, log_key: str, offset: int, limit: int) -> tuple[str
     return data.decode("utf-8", errors="replace"), offset + len(data)
 
 
+class EnterError(Exception):
+    """A session cannot join this run (not running here, or this backend cannot enter runs)."""
+
+
+@dataclass(frozen=True)
+class EnterRequest:
+    """A process to start inside a running run's sandbox (an exec, a shell): its command, its
+    environment (the whole of it, as the platform built it) and the descriptors it gets as stdin,
+    stdout and stderr (a terminal's for a shell: ``tty``)."""
+
+    command: list[str]
+    env: dict[str, str]
+    stdio: tuple[int, int, int]
+    tty: bool = False
+
+
 class Backend(Protocol):
     name: str
     # False (local): launch → record the handle → start. True (Slurm): launch → start, which returns
@@ -233,6 +250,12 @@ class Backend(Protocol):
 
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
         """A chunk of the captured stdout/stderr from byte ``offset``; returns (text, next offset)."""
+        ...
+
+    def enter(self, handle: str, request: EnterRequest) -> subprocess.Popen[bytes]:
+        """Start ``request`` inside the run's sandbox: the renter's uid, the run's namespaces,
+        cgroup and limits; gone when the run ends. Returns the process (its exit status is the
+        command's). Raises :class:`EnterError` when the run cannot be entered."""
         ...
 
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:

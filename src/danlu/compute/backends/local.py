@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ import psutil
 from danlu.compute.backends.base import (
     PREEMPT_FILE,
     RUNNING,
+    EnterRequest,
     LaunchError,
     RunSpec,
     RunState,
@@ -45,6 +47,7 @@ from danlu.compute.backends.base import (
     run_dir,
     run_file,
 )
+from danlu.compute.backends.entering import enter_plain, enter_sandbox
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
 from danlu.compute.sandbox import bwrap
@@ -171,7 +174,7 @@ class LocalBackend:
                 )
                 h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
                 h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
-            h.update(pid=pid, ct=psutil.Process(pid).create_time())
+            h.update(pid=pid, ct=psutil.Process(pid).create_time(), ws=str(spec.workspace))
         except BaseException as exc:
             with self._lock:
                 self._launching.discard(spec.run_id)
@@ -360,6 +363,25 @@ class LocalBackend:
         for name in self.sandbox.cgroups.names():
             if name not in active and not self.launching(name) and not self.sandbox.cgroups.procs(name):
                 self.sandbox.cgroups.remove(name)
+
+    # -- sessions ---------------------------------------------------------------------------------
+    def enter(self, handle: str, request: EnterRequest) -> subprocess.Popen[bytes]:
+        """The session's environment is the run's (danlu.compute.sandbox.bwrap.environment: PATH,
+        HOME, LANG, USER, the DANLU_* paths) with the request's variables over it."""
+        h = json.loads(handle)
+        sandboxed = bool(h.get("sb")) and self.sandbox is not None
+        ws = bwrap.WORKSPACE if sandboxed else str(h.get("ws") or "/")
+        env = {"PATH": bwrap.SANDBOX_PATH if sandboxed else os.environ.get("PATH", bwrap.SANDBOX_PATH)}
+        env |= {"HOME": ws, "LANG": "C.UTF-8", "USER": "renter", "DANLU_WORKSPACE": ws}
+        if sandboxed:
+            env["DANLU_PREEMPT_FILE"] = f"{bwrap.CONTROL}/{PREEMPT_FILE}"
+            if h.get("ckpt"):
+                env["DANLU_CHECKPOINT_DIR"] = bwrap.CHECKPOINTS
+        request = replace(request, env={**env, **request.env})
+        if not sandboxed:
+            return enter_plain(h, request)
+        assert self.sandbox is not None
+        return enter_sandbox(h, self.sandbox, request)
 
     # -- usage --------------------------------------------------------------------------------
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:

@@ -35,6 +35,8 @@ from typing import Any
 
 from danlu.compute.backends.base import (
     RUNNING,
+    EnterError,
+    EnterRequest,
     LaunchError,
     RunSpec,
     RunState,
@@ -382,6 +384,11 @@ class SlurmBackend:
             raise LaunchError(f"Slurm could not release job {h['job']}: {exc.stderr}") from exc
         finally:
             self._done_launching(h["run"])
+
+    def enter(self, handle: str, request: EnterRequest) -> subprocess.Popen[bytes]:
+        """Not yet: a session would reach the node with ``srun --overlap --jobid`` and join the node
+        runner's sandbox as the local backend does (docs/access.md says what is left)."""
+        raise EnterError("sessions (exec, shell) into runs on Slurm nodes are not available yet")
 
     def ref(self, handle: str) -> str:
         return f"slurm:{json.loads(handle)['job']}"

@@ -1,0 +1,65 @@
+"""Who may open a session into what: the database side of a session, read at its start and again
+every :data:`RECHECK_S` while it lasts (so a revoked token, a member removed from the team, a
+suspension or a stop ends it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from danlu.accounts import teams
+from danlu.accounts.service import authenticate
+from danlu.compute import views
+from danlu.compute.lifecycle import Status
+from danlu.context import Platform
+from danlu.core.errors import Conflict, DanluError, Forbidden
+from danlu.db.models import User
+
+RECHECK_S = 15.0  # a lost right ends an open session within this (the issue asks for a minute)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running instance a user may open a session into."""
+
+    instance_id: str
+    run_handle: str
+    env: dict[str, str]  # the renter's own variables, as the run has them
+
+
+def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -> str:
+    if user.suspended_reason is not None:
+        raise Forbidden("user_suspended", f"your account is suspended ({user.suspended_reason}); ask the operator")
+    if inst_status != Status.RUNNING or handle is None:
+        raise Conflict(
+            "instance_not_running",
+            f"instance {instance_id} is {inst_status}: sessions open into a running instance "
+            f"(`danlu start {instance_id}`)",
+        )
+    return handle
+
+
+def target(p: Platform, token: str | None, instance_id: str) -> tuple[User, Target]:
+    """The caller (by API token) and the instance, if the caller may manage it (its renter, or the
+    team's owners and admins) and it is running. Another tenant's instance is ``instance_not_found``."""
+    with p.db.read() as s:
+        user = authenticate(s, token)
+        inst = views.get_owned(s, user, instance_id)
+        if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
+            raise Forbidden(
+                "team_role_required", "only the renter or the team's owners and admins can open a session into it"
+            )
+        handle = _check(user, inst.status, inst.run_handle, instance_id)
+        s.expunge(user)
+        return user, Target(inst.id, handle, dict(json.loads(inst.env_json or "{}")))
+
+
+def still_allowed(p: Platform, token: str | None, t: Target) -> DanluError | None:
+    """None while the caller may keep the session open, else why not (for its status frame)."""
+    try:
+        _, now = target(p, token, t.instance_id)
+    except DanluError as exc:
+        return exc
+    if now.run_handle != t.run_handle:
+        return Conflict("instance_not_running", f"instance {t.instance_id} was restarted: open a new session")
+    return None

@@ -1,0 +1,155 @@
+"""``danlu exec`` and ``danlu shell``: sessions into a running instance over the server's
+WebSocket (danlu.access.protocol; docs/access.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from typing import Any
+from urllib.parse import urlencode
+
+import typer
+
+from danlu.access import protocol
+from danlu.cli.client import Client
+from danlu.cli.output import JsonOpt, fail, print_json
+
+
+def _connect(client: Client, instance_id: str, params: list[tuple[str, str]]) -> Any:
+    from websockets.exceptions import InvalidHandshake, InvalidURI
+    from websockets.sync.client import connect
+
+    base = client.url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    url = f"{base}/api/v1/instances/{instance_id}/exec?{urlencode(params)}"
+    headers = {"Authorization": f"Bearer {client.token}"} if client.token else {}
+    try:
+        return connect(url, additional_headers=headers, subprotocols=[protocol.SUBPROTOCOL], max_size=None,  # type: ignore[list-item]
+                       open_timeout=60, ping_interval=20, ping_timeout=60)  # fmt: skip
+    except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+        fail(f"cannot reach the danlu server at {client.url} ({exc}); start it with `make run` or set DANLU_URL")
+
+
+def _status(payload: bytes) -> int:
+    body = json.loads(payload)
+    if "error" in body:
+        err = body["error"]
+        fail(err.get("message", "the session was refused"), err.get("code"), exit_code=1)
+    return int(body.get("exit_code") or 0)
+
+
+def _frames(ws: Any) -> Any:
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        for message in ws:
+            if isinstance(message, bytes) and message:
+                yield message[0], message[1:]
+    except ConnectionClosed:
+        return
+
+
+def exec_(
+    instance_id: str = typer.Argument(..., help="The running instance."),
+    command: list[str] = typer.Argument(..., help="The command and its arguments (after --)."),
+    stdin: bool = typer.Option(False, "--stdin", "-i", help="Send this terminal's standard input to the command."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a command in a running instance, in its sandbox; its output streams back as it comes and
+    `danlu exec` exits with its exit code (``--json``: ``{"exit_code", "stdout", "stderr"}`` at the end)."""
+    client = Client()
+    ws = _connect(client, instance_id, [("command", c) for c in command])
+    if stdin:
+        threading.Thread(target=_send_stdin, args=(ws,), daemon=True).start()
+    else:
+        ws.send(bytes((protocol.CLOSE,)))
+    out, err, code = bytearray(), bytearray(), None
+    for channel, payload in _frames(ws):
+        if channel == protocol.STDOUT:
+            out += payload if as_json else b""
+            if not as_json:
+                sys.stdout.buffer.write(payload)
+                sys.stdout.buffer.flush()
+        elif channel == protocol.STDERR:
+            err += payload if as_json else b""
+            if not as_json:
+                sys.stderr.buffer.write(payload)
+                sys.stderr.buffer.flush()
+        elif channel == protocol.STATUS:
+            code = _status(payload)
+    if code is None:
+        fail("the session ended without an exit status (the server or the instance went away)", "session_lost")
+    if as_json:
+        print_json({"exit_code": code, "stdout": out.decode(errors="replace"), "stderr": err.decode(errors="replace")})
+    raise typer.Exit(code)
+
+
+def _send_stdin(ws: Any) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        while chunk := os.read(0, 65536):
+            ws.send(protocol.frame(protocol.STDIN, chunk))
+        ws.send(bytes((protocol.CLOSE,)))
+    except (OSError, ConnectionClosed):
+        return
+
+
+def shell(
+    instance_id: str = typer.Argument(..., help="The running instance."),
+    command: list[str] = typer.Argument(None, help="A program to run instead of the login shell (after --)."),
+) -> None:
+    """An interactive terminal in a running instance (a login shell, in its sandbox): line editing,
+    colours, Ctrl-C to the remote program, window resizes. `exit` ends it; the instance runs on."""
+    if not (os.isatty(0) and os.isatty(1)):
+        fail("danlu shell needs a terminal; use `danlu exec ID -- CMD` in scripts", "not_a_terminal")
+    import termios
+    import tty
+
+    client = Client()
+    cols, rows = shutil.get_terminal_size()
+    params = [("tty", "true"), ("cols", str(cols)), ("rows", str(rows)), *[("command", c) for c in command or []]]
+    ws = _connect(client, instance_id, params)
+    saved = termios.tcgetattr(0)
+
+    def resized(*_: object) -> None:
+        c, r = shutil.get_terminal_size()
+        try:
+            ws.send(protocol.frame(protocol.RESIZE, json.dumps({"cols": c, "rows": r}).encode()))
+        except Exception:
+            pass
+
+    code: int | None = None
+    try:
+        tty.setraw(0)
+        signal.signal(signal.SIGWINCH, resized)
+        threading.Thread(target=_send_keys, args=(ws,), daemon=True).start()
+        for channel, payload in _frames(ws):
+            if channel == protocol.STDOUT:
+                os.write(1, payload)
+            elif channel == protocol.STATUS:
+                termios.tcsetattr(0, termios.TCSADRAIN, saved)
+                code = _status(payload)
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    if code is None:
+        fail("the session ended without an exit status (the server or the instance went away)", "session_lost")
+    raise typer.Exit(code)
+
+
+def _send_keys(ws: Any) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        while chunk := os.read(0, 4096):
+            ws.send(protocol.frame(protocol.STDIN, chunk))
+    except (OSError, ConnectionClosed):
+        return
+
+
+def register(app: typer.Typer) -> None:
+    app.command("exec")(exec_)  # options before --, the command after it (as kubectl exec)
+    app.command("shell")(shell)
