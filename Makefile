@@ -50,6 +50,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/rater.py
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
+	$(BIN)/python benchmarks/session_latency.py
 	$(BIN)/python benchmarks/stop_release.py
 	$(BIN)/python benchmarks/api_throughput.py
 	$(BIN)/python benchmarks/telemetry.py
