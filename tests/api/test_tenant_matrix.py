@@ -614,3 +614,40 @@ def test_another_tenants_console_pages_answer_404_and_change_nothing(world: Worl
                     problems.append(f"{method} {path} by tenant B changed tenant A's world: " + "; ".join(changed))
                     before = after
     assert not problems, "\n".join(problems)
+
+
+def test_another_tenants_objects_refuse_every_websocket_route(world: World) -> None:
+    """Sessions (exec, shell and what comes after them) are WebSocket routes, read from the app like
+    the REST ones: tenant B, with each of A's objects, gets the not-found status frame and close 4404,
+    and A's instance is untouched."""
+    import json as _json
+
+    from fastapi.routing import APIWebSocketRoute
+    from websockets.sync.client import connect
+
+    routes = [
+        str(ctx.path)
+        for ctx in iter_route_contexts(world.app.routes)
+        if isinstance(ctx.original_route, APIWebSocketRoute)
+    ]
+    assert routes, "no WebSocket route found: the route reader is broken"
+    token_b = world.b.headers["authorization"].split()[1]
+    before = snapshot(world)
+    for path in routes:
+        names = ID_PARAM.findall(path)
+        assert names, f"{path}: a WebSocket route without an object id; teach the matrix what it reaches"
+        for value in world.objects[names[0]]:
+            url = f"ws://127.0.0.1:{world.live.port}/api/v1" + path.removeprefix("/api/v1").replace(
+                "{" + names[0] + "}", value
+            )
+            with connect(url + "?command=true", additional_headers={"Authorization": f"Bearer {token_b}"}) as ws:
+                status = ws.recv(timeout=30)
+                assert isinstance(status, bytes)
+                error = _json.loads(status[1:])["error"]
+                assert error["code"].endswith("_not_found"), (path, value, error)
+                try:
+                    ws.recv(timeout=30)
+                except Exception:  # noqa: BLE001 - the close is what we wait for
+                    pass
+                assert ws.close_code == 4404, (path, value, ws.close_code)
+    assert snapshot(world) == before
