@@ -647,7 +647,7 @@ def test_another_tenants_objects_refuse_every_websocket_route(world: World) -> N
                 assert error["code"].endswith("_not_found"), (path, value, error)
                 try:
                     ws.recv(timeout=30)
-                except Exception:  # noqa: BLE001 - the close is what we wait for
+                except Exception:
                     pass
                 assert ws.close_code == 4404, (path, value, ws.close_code)
     assert snapshot(world) == before

@@ -7,15 +7,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from danlu.accounts import teams
+from danlu.accounts.credentials import session_user
 from danlu.accounts.service import authenticate
 from danlu.compute import views
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.core.errors import Conflict, DanluError, Forbidden
+from danlu.core.errors import Conflict, DanluError, Forbidden, Unauthorized
 from danlu.db.models import User
 
 RECHECK_S = 15.0  # a lost right ends an open session within this (the issue asks for a minute)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How a session's client says who it is: an API token (``Authorization: Bearer``), or the
+    web console's session cookie (a browser: the terminal tab, a proxied app's pages)."""
+
+    bearer: str | None = None
+    cookie: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,11 +51,20 @@ def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -
     return handle
 
 
-def target(p: Platform, token: str | None, instance_id: str) -> tuple[User, Target]:
-    """The caller (by API token) and the instance, if the caller may manage it (its renter, or the
-    team's owners and admins) and it is running. Another tenant's instance is ``instance_not_found``."""
+def _user(s: Session, p: Platform, cred: Credentials) -> User:
+    if cred.bearer is None and cred.cookie is not None:
+        found = session_user(s, cred.cookie, p.clock.now_ms())
+        if found is None:
+            raise Unauthorized("session_expired", "your console session has ended; sign in again")
+        return found[0]
+    return authenticate(s, cred.bearer)
+
+
+def target(p: Platform, cred: Credentials, instance_id: str) -> tuple[User, Target]:
+    """The caller and the instance, if the caller may manage it (its renter, or the team's owners
+    and admins) and it is running. Another tenant's instance is ``instance_not_found``."""
     with p.db.read() as s:
-        user = authenticate(s, token)
+        user = _user(s, p, cred)
         inst = views.get_owned(s, user, instance_id)
         if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
             raise Forbidden(
@@ -54,10 +75,10 @@ def target(p: Platform, token: str | None, instance_id: str) -> tuple[User, Targ
         return user, Target(inst.id, handle, dict(json.loads(inst.env_json or "{}")))
 
 
-def still_allowed(p: Platform, token: str | None, t: Target) -> DanluError | None:
+def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | None:
     """None while the caller may keep the session open, else why not (for its status frame)."""
     try:
-        _, now = target(p, token, t.instance_id)
+        _, now = target(p, cred, t.instance_id)
     except DanluError as exc:
         return exc
     if now.run_handle != t.run_handle:

@@ -28,6 +28,8 @@ from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from danlu.db.models import ApiToken, User, WebSession
 
+CONSOLE_COOKIE = "danlu_session"  # the web console's session cookie (HttpOnly, SameSite=Lax, path /)
+
 _HASHER = PasswordHasher()
 
 

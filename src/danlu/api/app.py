@@ -27,6 +27,7 @@ from danlu.api.routers import budgets as budgets_router
 from danlu.api.routers import credentials as credentials_router
 from danlu.api.routers import holds as holds_router
 from danlu.api.routers import invoices as invoice_routes
+from danlu.api.routers import ports as ports_router
 from danlu.api.routers import sessions as sessions_router
 from danlu.api.routers import storage as storage_router
 from danlu.api.routers import student as student_router
@@ -83,6 +84,8 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(credentials_router.router, prefix=API_PREFIX)  # issue 12: passwords, named tokens
     app.include_router(instances.stream_router, prefix=API_PREFIX)  # issue 12: server-sent events
     app.include_router(sessions_router.router, prefix=API_PREFIX)  # issue 25: exec and shell sessions
+    app.include_router(ports_router.router, prefix=API_PREFIX)  # issue 25: the renter's web apps
+    app.router.routes.extend(ports_router.ROUTES)  # /p/{id}/{port}/…: before the console's catch-alls
     app.state.sessions = sessions.Registry()
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)

@@ -88,11 +88,18 @@ class BodyLimit:
     is counted as it arrives, held back until it ends, then handed on. (FastAPI's own ``max_body_size``
     answers in plain text, and replaces any response to a request that declared too long a body.)"""
 
+    # A renter's own app behind the port proxy takes what it takes (a notebook's uploads): streamed
+    # through, never held here (danlu.access.proxy).
+    EXEMPT = ("/p/", "/pa/")
+
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = dict(scope["headers"]) if scope["type"] == "http" else {}
+        if scope["type"] != "http" or scope["path"].startswith(self.EXEMPT):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, send)

@@ -10,13 +10,13 @@ import signal
 import sys
 import threading
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import typer
 
 from danlu.access import protocol
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, fail, print_json
+from danlu.cli.output import JsonOpt, console, err_console, fail, print_json
 
 
 def _connect(client: Client, instance_id: str, params: list[tuple[str, str]]) -> Any:
@@ -150,6 +150,102 @@ def _send_keys(ws: Any) -> None:
         return
 
 
+def port(
+    instance_id: str = typer.Argument(..., help="The running instance."),
+    number: int = typer.Argument(None, help="The port your app listens on inside it (none: every listening port)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """The URL of a web app running in the instance (JupyterLab, TensorBoard …), through danlu: open
+    it signed in to the console (or send your token). ``url`` takes danlu's prefix off the path;
+    ``absolute_url`` keeps it, for an app told its base URL (``jupyter lab --ServerApp.base_url=…``)."""
+    client = Client()
+    if number is None:
+        found = client.get(f"/instances/{instance_id}/ports")
+        if as_json:
+            print_json(found)
+            return
+        if not found["listening"]:
+            console.print(f"nothing listens inside {instance_id} yet: start your app on 127.0.0.1:PORT")
+        for p in found["listening"]:
+            console.print(f"{p['port']:>5}  {p['url']}", markup=False, highlight=False)
+        return
+    shown = client.get(f"/instances/{instance_id}/ports/{number}")
+    if as_json:
+        print_json(shown)
+        return
+    console.print(shown["url"], markup=False, highlight=False)
+    base_path = urlsplit(shown["absolute_url"]).path
+    console.print(
+        f"(an app that needs its base URL, such as JupyterLab: --ServerApp.base_url={base_path}"
+        f" and open {shown['absolute_url']})",
+        markup=False,
+        highlight=False,
+    )
+
+
+def forward(
+    instance_id: str = typer.Argument(..., help="The running instance."),
+    ports: str = typer.Argument(..., help="REMOTE, or LOCAL:REMOTE: listen on 127.0.0.1:LOCAL here."),
+) -> None:
+    """Tunnel a port of the instance to this machine (as ``kubectl port-forward``): each connection
+    to 127.0.0.1:LOCAL here reaches 127.0.0.1:REMOTE inside the instance, through danlu. Ctrl-C ends it."""
+    import socket
+
+    local_text, _, remote_text = ports.rpartition(":")
+    if not remote_text.isdigit() or (local_text and not local_text.isdigit()):
+        fail("ports are REMOTE or LOCAL:REMOTE, whole numbers 1–65535", "invalid_port")
+    remote, local = int(remote_text), int(local_text or remote_text)
+    client = Client()
+    client.get(f"/instances/{instance_id}/ports/{remote}")  # refused here, with its reason, before listening
+    listener = socket.create_server(("127.0.0.1", local))
+    console.print(f"forwarding 127.0.0.1:{listener.getsockname()[1]} → {instance_id}:{remote} (Ctrl-C to stop)")
+    try:
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=_tunnel, args=(client, instance_id, remote, conn), daemon=True).start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        listener.close()
+
+
+def _tunnel(client: Client, instance_id: str, remote: int, conn: Any) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    base = client.url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    headers = {"Authorization": f"Bearer {client.token}"} if client.token else {}
+    try:
+        ws = connect(f"{base}/api/v1/instances/{instance_id}/ports/{remote}/tunnel", additional_headers=headers,
+                     max_size=None, open_timeout=60)  # fmt: skip
+    except Exception:
+        conn.close()
+        return
+
+    def up() -> None:
+        try:
+            while data := conn.recv(65536):
+                ws.send(data)
+        except (OSError, ConnectionClosed):
+            pass
+        finally:
+            ws.close()
+
+    threading.Thread(target=up, daemon=True).start()
+    try:
+        for message in ws:
+            if isinstance(message, bytes):
+                conn.sendall(message)
+    except (OSError, ConnectionClosed):
+        pass
+    finally:
+        conn.close()
+    if (ws.close_code or 0) >= 4000:  # refused: the reason is the close's
+        err_console.print(f"error: {ws.close_reason}", markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("exec")(exec_)  # options before --, the command after it (as kubectl exec)
     app.command("shell")(shell)
+    app.command("port")(port)
+    app.command("forward")(forward)

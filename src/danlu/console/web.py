@@ -23,14 +23,14 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from danlu import __version__
-from danlu.accounts.credentials import WebSessionInfo, csrf_ok, session_user
+from danlu.accounts.credentials import CONSOLE_COOKIE, WebSessionInfo, csrf_ok, session_user
 from danlu.console.i18n import LANGUAGES, Formatter, formatter, negotiate
 from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.db.models import User
 
 log = logging.getLogger(__name__)
-COOKIE = "danlu_session"
+COOKIE = CONSOLE_COOKIE
 LANG_COOKIE = "danlu_lang"
 ASSETS = "/console-assets"
 SECURITY_HEADERS = {

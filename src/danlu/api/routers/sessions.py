@@ -14,8 +14,10 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from danlu.access import protocol, relay, service, sessions
+from danlu.accounts.credentials import CONSOLE_COOKIE
 from danlu.compute.backends.base import EnterError
 from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden, InvalidInput
@@ -45,18 +47,20 @@ class _Socket:
         return bytes(data)
 
 
-def bearer(ws: WebSocket) -> str | None:
-    scheme, _, value = ws.headers.get("authorization", "").partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None
+def credentials(conn: HTTPConnection) -> service.Credentials:
+    """The bearer token, else the console's session cookie (a browser cannot set headers on an upgrade)."""
+    scheme, _, value = conn.headers.get("authorization", "").partition(" ")
+    bearer = (value.strip() or None) if scheme.lower() == "bearer" else None
+    return service.Credentials(bearer, None if bearer else conn.cookies.get(CONSOLE_COOKIE))
 
 
-def same_origin(ws: WebSocket) -> bool:
+def same_origin(conn: HTTPConnection) -> bool:
     """A browser's upgrade from a page of another site carries that site's Origin: refused, so a
     page elsewhere cannot ride a signed-in renter's credentials (cross-site WebSocket hijacking)."""
-    origin = ws.headers.get("origin")
+    origin = conn.headers.get("origin")
     if origin is None:
         return True
-    return urlsplit(origin).netloc.lower() == ws.headers.get("host", "").lower()
+    return urlsplit(origin).netloc.lower() == conn.headers.get("host", "").lower()
 
 
 def _options(ws: WebSocket) -> tuple[list[str], bool, tuple[int, int]]:
@@ -84,7 +88,7 @@ async def exec_session(ws: WebSocket, instance_id: str) -> None:
     registry: sessions.Registry = ws.app.state.sessions
     wanted = ws.headers.get("sec-websocket-protocol", "")
     await ws.accept(subprotocol=protocol.SUBPROTOCOL if protocol.SUBPROTOCOL in wanted else None)
-    token = bearer(ws)
+    token = credentials(ws)
     try:
         if not same_origin(ws):
             raise Forbidden("bad_origin", "a session opens only from danlu's own pages or a client without an Origin")
@@ -104,7 +108,7 @@ async def _run(
     ws: WebSocket,
     p: Platform,
     registry: sessions.Registry,
-    token: str | None,
+    token: service.Credentials,
     target: service.Target,
     command: list[str],
     tty: bool,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -256,6 +257,15 @@ class Backend(Protocol):
         """Start ``request`` inside the run's sandbox: the renter's uid, the run's namespaces,
         cgroup and limits; gone when the run ends. Returns the process (its exit status is the
         command's). Raises :class:`EnterError` when the run cannot be entered."""
+        ...
+
+    def connect(self, handle: str, port: int) -> socket.socket:
+        """A TCP connection to ``port`` on the run's own loopback, made inside its network namespace
+        (no host port is opened). Raises :class:`EnterError` when the run cannot be reached."""
+        ...
+
+    def listening(self, handle: str) -> list[int]:
+        """The TCP ports something listens on inside the run ([] where it cannot tell)."""
         ...
 
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -35,6 +36,7 @@ from typing import Any
 
 import psutil
 
+from danlu.compute.backends import netns
 from danlu.compute.backends.base import (
     PREEMPT_FILE,
     RUNNING,
@@ -382,6 +384,12 @@ class LocalBackend:
             return enter_plain(h, request)
         assert self.sandbox is not None
         return enter_sandbox(h, self.sandbox, request)
+
+    def connect(self, handle: str, port: int) -> socket.socket:
+        return netns.connect(json.loads(handle), port)
+
+    def listening(self, handle: str) -> list[int]:
+        return netns.listening(json.loads(handle))
 
     # -- usage --------------------------------------------------------------------------------
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -389,6 +390,12 @@ class SlurmBackend:
         """Not yet: a session would reach the node with ``srun --overlap --jobid`` and join the node
         runner's sandbox as the local backend does (docs/access.md says what is left)."""
         raise EnterError("sessions (exec, shell) into runs on Slurm nodes are not available yet")
+
+    def connect(self, handle: str, port: int) -> socket.socket:
+        raise EnterError("ports of runs on Slurm nodes are not reachable yet")
+
+    def listening(self, handle: str) -> list[int]:
+        return []
 
     def ref(self, handle: str) -> str:
         return f"slurm:{json.loads(handle)['job']}"

@@ -1,0 +1,243 @@
+"""The renter's web apps and tunnels (docs/access.md "Ports"):
+
+* ``/p/{instance_id}/{port}/…`` — HTTP and WebSocket to 127.0.0.1:PORT inside the instance
+  (danlu.access.proxy), for a browser signed in to the console or a client with its bearer token;
+* ``GET /api/v1/instances/{id}/ports`` — the ports something listens on inside it, with their URLs;
+* ``WS /api/v1/instances/{id}/ports/{port}/tunnel`` — one TCP connection as binary frames, what
+  ``danlu forward`` carries for each local connection (as ``kubectl port-forward``).
+
+Every one is checked as a session is (danlu.access.service.target): another tenant's instance is
+``instance_not_found``; traffic counts as the instance's activity."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse, RedirectResponse
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive, Scope, Send
+
+from danlu.access import protocol, proxy, service, sessions
+from danlu.accounts.credentials import CONSOLE_COOKIE
+from danlu.api.deps import PlatformDep
+from danlu.api.routers.sessions import credentials, same_origin
+from danlu.api.schemas import InstanceIdPath, errors
+from danlu.compute.backends.base import EnterError
+from danlu.compute.backends.netns import PortClosed
+from danlu.context import Platform
+from danlu.core.errors import Conflict, DanluError, Forbidden, InvalidInput
+
+router = APIRouter(prefix="/instances", tags=["ports"])
+PREFIX = "/p"  # the app sees paths from / (our prefix taken off)
+ABSOLUTE = "/pa"  # the app sees the whole path (it was told its base URL)
+
+
+class PortOut(BaseModel):
+    port: int
+    url: str  # the app through danlu, the prefix taken off (a browser signed in to the console, or the bearer token)
+    absolute_url: str  # the same, the whole path kept: for an app given it as its base URL (JupyterLab)
+
+
+class PortsOut(BaseModel):
+    instance_id: str
+    listening: list[PortOut]  # TCP ports something listens on inside the instance now
+
+
+def check_port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise InvalidInput("invalid_port", "a port is a whole number from 1 to 65535")
+    return int(text)
+
+
+def port_out(base: str, instance_id: str, port: int) -> PortOut:
+    root = base.rstrip("/")
+    return PortOut(
+        port=port, url=f"{root}{PREFIX}/{instance_id}/{port}/", absolute_url=f"{root}{ABSOLUTE}/{instance_id}/{port}/"
+    )
+
+
+@router.get("/{instance_id}/ports", response_model=PortsOut, responses=errors(401, 403, 404, 409))
+def list_ports(instance_id: InstanceIdPath, p: PlatformDep, request: Request) -> PortsOut:
+    """The TCP ports something listens on inside the running instance, each with its URL through
+    danlu (``/p/{id}/{port}/``: open it signed in to the console, or with your bearer token)."""
+    _, t = service.target(p, credentials(request), instance_id)
+    base = str(request.base_url)
+    ports = [port_out(base, t.instance_id, n) for n in p.backend.listening(t.run_handle)]
+    return PortsOut(instance_id=t.instance_id, listening=ports)
+
+
+@router.get("/{instance_id}/ports/{port}", response_model=PortOut, responses=errors(401, 403, 404, 409, 422))
+def get_port(instance_id: InstanceIdPath, port: str, p: PlatformDep, request: Request) -> PortOut:
+    """PORT's URLs through danlu (``danlu port ID PORT``); ``port_closed`` (409) while nothing listens on it."""
+    n = check_port(port)
+    _, t = service.target(p, credentials(request), instance_id)
+    if n not in p.backend.listening(t.run_handle):
+        raise Conflict("port_closed", f"nothing listens on port {n} inside {instance_id} yet (start your app on it)")
+    return port_out(str(request.base_url), t.instance_id, n)
+
+
+async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_text: str) -> tuple[Any, socket.socket]:
+    port = check_port(port_text)
+    _, t = await run_in_threadpool(service.target, p, cred, instance_id)
+    try:
+        sock = await run_in_threadpool(p.backend.connect, t.run_handle, port)
+    except PortClosed as exc:
+        raise Conflict("port_closed", str(exc)) from exc
+    except EnterError as exc:
+        raise sessions.enter_error(exc) from exc
+    return t, sock
+
+
+def _touch(registry: sessions.Registry, p: Platform, instance_id: str) -> Any:
+    return lambda: registry.touch(instance_id, p.clock.now_ms())
+
+
+async def proxy_http(scope: Scope, receive: Receive, send: Send) -> None:
+    request = Request(scope, receive)
+    p: Platform = request.app.state.platform
+    params = request.path_params
+    try:
+        if request.method not in ("GET", "HEAD", "OPTIONS") and not same_origin(request):
+            raise Forbidden("bad_origin", "a request from a page of another site does not reach the app")
+        t, sock = await _reach(p, credentials(request), params["instance_id"], params["port"])
+    except DanluError as exc:
+        await JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)(scope, receive, send)
+        return
+    touch = _touch(request.app.state.sessions, p, t.instance_id)
+    try:
+        await proxy.forward_http(scope, receive, send, sock, (CONSOLE_COOKIE,), touch, _strip(scope, params))
+    except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
+        error = Conflict("port_closed", f"the app on port {params['port']} closed the connection: {exc}")
+        try:
+            await JSONResponse({"error": error.to_dict()}, status_code=502)(scope, receive, send)
+        except RuntimeError:  # the response had begun: the client sees it cut short
+            pass
+
+
+def _strip(scope: Scope, params: dict[str, Any]) -> bytes:
+    """Our prefix, taken off the path under /p/ (kept under /pa/)."""
+    prefix = f"{PREFIX}/{params['instance_id']}/{params['port']}"
+    return prefix.encode() if scope["path"].startswith(prefix + "/") else b""
+
+
+async def proxy_bare(scope: Scope, receive: Receive, send: Send) -> None:
+    """``/p/ID/PORT`` → ``/p/ID/PORT/``: an app's relative links need the slash."""
+    path = scope["path"] + "/" + ("?" + scope["query_string"].decode() if scope.get("query_string") else "")
+    await RedirectResponse(path, status_code=307)(scope, receive, send)
+
+
+async def proxy_websocket(ws: WebSocket) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidHandshake
+
+    p: Platform = ws.app.state.platform
+    try:
+        if not same_origin(ws):
+            raise Forbidden("bad_origin", "a page of another site cannot open the app's sockets")
+        t, sock = await _reach(p, credentials(ws), ws.path_params["instance_id"], ws.path_params["port"])
+    except DanluError as exc:  # an HTTP answer to the upgrade, as the same request would get without it
+        await _deny(ws, exc)
+        return
+    scope = ws.scope
+    host = ws.headers.get("host", "localhost")
+    strip = _strip(scope, ws.path_params)
+    keep = (b"cookie", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-prefix", b"user-agent")
+    forwarded = proxy.request_headers(scope, (CONSOLE_COOKIE,), strip)
+    headers = [(n.decode(), v.decode(errors="replace")) for n, v in forwarded if n in keep]
+    wanted = [s.strip() for s in ws.headers.get("sec-websocket-protocol", "").split(",") if s.strip()]
+    uri = f"ws://{host}{proxy.target_of(scope, strip).decode(errors='replace')}"
+    try:
+        upstream = await connect(uri, sock=sock, additional_headers=headers, origin=ws.headers.get("origin"),  # type: ignore[arg-type]
+                                 subprotocols=wanted or None, max_size=None, compression=None, open_timeout=30)  # type: ignore[arg-type]  # fmt: skip
+    except (OSError, InvalidHandshake, TimeoutError) as exc:
+        sock.close()
+        await ws.close(code=4502, reason=f"the app refused the socket: {exc}"[:120])
+        return
+    async with upstream:
+        await ws.accept(subprotocol=upstream.subprotocol)
+        await proxy.relay_websocket(ws, upstream, _touch(ws.app.state.sessions, p, t.instance_id))
+    try:
+        await ws.close()
+    except RuntimeError:
+        pass
+
+
+async def _deny(ws: WebSocket, exc: DanluError) -> None:
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        await ws.send_denial_response(JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status))
+    else:
+        await ws.accept()
+        await ws.close(code=protocol.close_code(exc), reason=exc.code or "")
+
+
+@router.websocket("/{instance_id}/ports/{port}/tunnel")
+async def tunnel(ws: WebSocket, instance_id: str, port: str) -> None:
+    """One TCP connection to PORT inside the instance, its bytes as binary frames both ways."""
+    p: Platform = ws.app.state.platform
+    await ws.accept()
+    try:
+        if not same_origin(ws):
+            raise Forbidden("bad_origin", "a tunnel opens only from a client without an Origin or danlu's pages")
+        t, sock = await _reach(p, credentials(ws), instance_id, port)
+    except DanluError as exc:  # said by the close alone: any byte of a frame is the app's data
+        await ws.close(code=protocol.close_code(exc), reason=f"{exc.code}: {exc.message}"[:120])
+        return
+    reader, writer = await asyncio.open_connection(sock=sock)
+    touch = _touch(ws.app.state.sessions, p, t.instance_id)
+
+    async def up() -> None:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            if data:
+                touch()
+                writer.write(data)
+                await writer.drain()
+
+    async def down() -> None:
+        while data := await reader.read(proxy.CHUNK):
+            await ws.send_bytes(data)
+
+    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        writer.close()
+        try:
+            await ws.close()
+        except RuntimeError:
+            pass
+
+
+class _Asgi:
+    """A plain ASGI endpoint for Starlette's Route (a bare function would be wrapped as request → response)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+ROUTES = [
+    route
+    for root in (PREFIX, ABSOLUTE)
+    for route in (
+        Route(root + "/{instance_id}/{port}", _Asgi(proxy_bare), include_in_schema=False),
+        Route(root + "/{instance_id}/{port}/{path:path}", _Asgi(proxy_http), include_in_schema=False, methods=METHODS),
+        WebSocketRoute(root + "/{instance_id}/{port}/{path:path}", proxy_websocket),
+    )
+]

@@ -1,0 +1,141 @@
+"""The renter's web apps through danlu (issue 25 item 4), in the real sandbox on both databases:
+HTTP and WebSocket to a port *inside* the rental's network namespace (policy ``none``: the rental
+has no network at all), authenticated like everything else, danlu's credentials never passed on,
+and a tunnel for ``danlu forward``. Another tenant, and anyone without credentials, is refused."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from tests.access.test_sessions import token_of
+from tests.conftest import LiveServer, wait_for
+from tests.sandbox.conftest import rent, sbx  # noqa: F401 - the sandboxed live server
+
+pytestmark = pytest.mark.slow(seconds=40)
+APP = (Path(__file__).parent / "echo_app.py").read_text()
+
+
+@pytest.fixture
+def app(sbx: LiveServer) -> Iterator[tuple[httpx.Client, str]]:  # noqa: F811
+    with sbx.admin() as a:
+        host = a.get("/admin/hosts").json()[0]["name"]
+        assert a.put(f"/admin/hosts/{host}", json={"network_policy": "none"}).status_code == 200
+    with sbx.new_user("ana") as c:
+        iid = rent(c, ["python3", "-c", APP, "8888"])
+        wait_for(lambda: c.get(f"/instances/{iid}/ports").json().get("listening"), timeout=60)
+        yield c, iid
+
+
+def test_http_reaches_the_app_inside_and_danlus_credentials_stay_out(
+    sbx: LiveServer,  # noqa: F811
+    app: tuple[httpx.Client, str],
+) -> None:
+    c, iid = app
+    listed = c.get(f"/instances/{iid}/ports").json()
+    assert listed["listening"] == [
+        {"port": 8888, "url": f"{sbx.url}/p/{iid}/8888/", "absolute_url": f"{sbx.url}/pa/{iid}/8888/"}
+    ]
+    with httpx.Client(headers=c.headers, timeout=30) as h:
+        r = h.get(f"{sbx.url}/p/{iid}/8888/lab/tree?x=1", headers={"Cookie": "danlu_session=secret; app=1"})
+        assert r.status_code == 200, r.text
+        seen = r.json()
+        assert seen["target"] == "/lab/tree?x=1"  # /p/ takes our prefix off
+        assert seen["headers"]["x-forwarded-prefix"] == f"/p/{iid}/8888"
+        assert "authorization" not in seen["headers"] and seen["headers"]["cookie"] == "app=1"
+        seen = h.get(f"{sbx.url}/pa/{iid}/8888/lab").json()
+        assert seen["target"] == f"/pa/{iid}/8888/lab"  # /pa/ keeps the whole path (JupyterLab's base_url)
+        big = b"x" * (3 << 20)  # over the API's 1 MiB body limit: an app's upload streams through
+        seen = h.post(f"{sbx.url}/p/{iid}/8888/upload", content=big).json()
+        assert seen["method"] == "POST" and seen["body_bytes"] == len(big)
+        seen = h.post(f"{sbx.url}/p/{iid}/8888/upload", content=iter([b"a" * 1000, b"b" * 5000])).json()
+        assert seen["body_bytes"] == 6000  # chunked
+        assert h.get(f"{sbx.url}/p/{iid}/8888", follow_redirects=False).headers["location"] == f"/p/{iid}/8888/"
+
+
+def test_websockets_reach_the_app_through_the_proxy(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811
+    c, iid = app
+    url = f"ws://127.0.0.1:{sbx.port}/p/{iid}/8888/api/kernels/k1/channels?session=s"
+    with connect(url, additional_headers={"Authorization": f"Bearer {token_of(c)}"}) as ws:
+        assert ws.recv(timeout=30) == "opened:/api/kernels/k1/channels?session=s"
+        ws.send("你好")
+        assert ws.recv(timeout=30) == "echo:你好"
+
+
+def test_strangers_get_404_and_no_credentials_401(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811
+    _, iid = app
+    with sbx.new_user("mallory") as m:
+        for path in (f"/p/{iid}/8888/", f"/pa/{iid}/8888/x", "/p/i-0000000000/8888/"):
+            r = httpx.get(sbx.url + path, headers=m.headers)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "instance_not_found", path
+        assert m.get(f"/instances/{iid}/ports").status_code == 404
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"ws://127.0.0.1:{sbx.port}/p/{iid}/8888/ws", additional_headers=dict(m.headers))
+        assert refused.value.response.status_code == 404
+        assert json.loads(refused.value.response.body or b"{}")["error"]["code"] == "instance_not_found"
+    r = httpx.get(f"{sbx.url}/p/{iid}/8888/")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "missing_token"
+
+
+def test_bad_ports_and_crafted_requests_stay_inside(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811
+    c, iid = app
+    with httpx.Client(headers=c.headers, timeout=30) as h:
+        for bad in ("0", "65536", "-1", "http"):
+            r = h.get(f"{sbx.url}/p/{iid}/{bad}/")
+            assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_port", bad
+        r = h.get(f"{sbx.url}/p/{iid}/{sbx.port}/api/v1/offers")  # danlu's own port, seen from inside: closed
+        assert r.status_code == 409 and r.json()["error"]["code"] == "port_closed"
+        seen = h.get(f"{sbx.url}/p/{iid}/8888/..%2F..%2F8889/x", headers={"Host": "127.0.0.1:5432"}).json()
+        assert seen["target"] == "/..%2F..%2F8889/x"  # the app gets the path as it was; still this app
+        r = h.post(f"{sbx.url}/p/{iid}/8888/x", headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "bad_origin"
+
+
+def test_a_tunnel_carries_a_tcp_connection(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811
+    c, iid = app
+    url = f"ws://127.0.0.1:{sbx.port}/api/v1/instances/{iid}/ports/8888/tunnel"
+    with connect(url, additional_headers={"Authorization": f"Bearer {token_of(c)}"}) as ws:
+        ws.send(b"GET /through-the-tunnel HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while b"}" not in got:
+            message = ws.recv(timeout=30)
+            assert isinstance(message, bytes)
+            got += message
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["target"] == "/through-the-tunnel"
+
+
+def test_danlu_forward_listens_here_and_reaches_the_app(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811
+    import subprocess
+
+    from tests.cli.test_contract import DANLU
+
+    c, iid = app
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        local = s.getsockname()[1]
+    env = {"DANLU_URL": sbx.url, "DANLU_TOKEN": token_of(c), "PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    proc = subprocess.Popen([*DANLU, "forward", iid, f"{local}:8888"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"127.0.0.1:{local}" in line, line
+        got: dict[str, object] = {}
+
+        def fetch() -> None:
+            got.update(httpx.get(f"http://127.0.0.1:{local}/from-the-laptop", timeout=30).json())
+
+        t = threading.Thread(target=fetch)
+        t.start()
+        t.join(60)
+        assert got.get("target") == "/from-the-laptop"
+    finally:
+        proc.terminate()
+        proc.wait(30)
