@@ -12,6 +12,7 @@ from danlu.compute.backends.base import Backend
 from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.clock import Clock
 from danlu.db.engine import Database
+from danlu.telemetry.activity import Activity
 from danlu.telemetry.retention import Retention
 
 
@@ -70,6 +71,8 @@ class Platform:
     # Instances this process has committed as pending and is launching (danlu.compute.instances
     # .begin_launch): the control loop must not judge them abandoned before the backend knows them.
     launches: set[str] = field(default_factory=set, repr=False)
+    # When a person last used each instance (sessions' input, port traffic): idle auto-stop reads it.
+    activity: Activity = field(default_factory=Activity, repr=False)
 
     @property
     def sandbox_root(self) -> Path:

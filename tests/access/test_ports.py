@@ -51,11 +51,14 @@ def test_http_reaches_the_app_inside_and_danlus_credentials_stay_out(
         assert seen["target"] == "/lab/tree?x=1"  # /p/ takes our prefix off
         assert seen["headers"]["x-forwarded-prefix"] == f"/p/{iid}/8888"
         assert "authorization" not in seen["headers"] and seen["headers"]["cookie"] == "app=1"
+        assert sbx.platform.activity.last(iid) is None  # a page's polling (GET) is not a person
         seen = h.get(f"{sbx.url}/pa/{iid}/8888/lab").json()
         assert seen["target"] == f"/pa/{iid}/8888/lab"  # /pa/ keeps the whole path (JupyterLab's base_url)
         big = b"x" * (3 << 20)  # over the API's 1 MiB body limit: an app's upload streams through
         seen = h.post(f"{sbx.url}/p/{iid}/8888/upload", content=big).json()
         assert seen["method"] == "POST" and seen["body_bytes"] == len(big)
+        used = sbx.platform.activity.last(iid)
+        assert used is not None and used.kind == "port traffic"
         seen = h.post(f"{sbx.url}/p/{iid}/8888/upload", content=iter([b"a" * 1000, b"b" * 5000])).json()
         assert seen["body_bytes"] == 6000  # chunked
         assert h.get(f"{sbx.url}/p/{iid}/8888", follow_redirects=False).headers["location"] == f"/p/{iid}/8888/"

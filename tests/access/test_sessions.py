@@ -67,10 +67,14 @@ def test_stdin_reaches_the_command_and_eof_ends_it(sbx: LiveServer, renter: tupl
 
 def test_a_shell_has_a_terminal_with_resize_and_ctrl_c(sbx: LiveServer, renter: tuple[httpx.Client, str]) -> None:  # noqa: F811
     c, iid = renter
+    assert sbx.platform.activity.last(iid) is None  # an open terminal is not use; typing is
     s = Session(sbx, token_of(c), iid, ["/bin/bash", "--norc", "-i"], tty="true", cols=100, rows=40)
     s.type("echo size=$(stty size) tty=$([ -t 0 ] && echo yes)\r")
     out = s.read_until(b"size=40 100").decode()
     assert re.search(r"size=40 100 tty=yes", out), out
+    seen = sbx.platform.activity.last(iid)
+    assert seen is not None and seen.kind == "keystrokes"
+    assert c.get(f"/instances/{iid}").json()["last_used_by"] == "keystrokes"
     s.resize(132, 50)
     s.type("echo now=$(stty size)\r")
     s.read_until(b"now=50 132")

@@ -276,3 +276,28 @@ def test_an_idle_warning_comes_once_per_idle_streak_before_the_stop(p: Platform,
     with p.db.read() as s:
         kinds = [e.kind for e in s.scalars(select(Event).where(Event.instance_id == inst).order_by(Event.id))]
     assert kinds == ["idle_warning", "idle_warning", "idle_warning", "idle_stop"]
+
+
+def test_a_person_typing_keeps_an_idle_gpu_running_and_a_forgotten_session_does_not(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """Issue 25 item 7: input in a session (or traffic through a port) restarts the idle window; the
+    stop comes a whole window after the last keystroke, and `show` says what kept it alive."""
+    from danlu.telemetry.activity import KEYSTROKES
+
+    ann = renter(p, "ann", "100.00")
+    inst = rent(p, ann, idle_s=30)
+    loop = Loop(p, fake_clock)
+    typed_until = 12  # a keystroke every step up to step 12 (60 s), every GPU idle throughout
+
+    def burn(k: int) -> float:
+        if k <= typed_until:
+            p.activity.touch(inst, fake_clock.now_ms(), KEYSTROKES)
+        return IDLE
+
+    stopped = steps_until_stopped(loop, inst, burn, 40)
+    # burn(k) runs as step k begins, before the clock moves: the last key is at 55 s; the stop, not
+    # while typing, comes at the first sample a whole window (30 s) after it
+    assert stopped == (typed_until - 1) + 30 // PERIOD_S
+    shown = instances.show(p, ann, inst)
+    assert shown.last_used_by == KEYSTROKES and shown.last_used_ms is not None

@@ -131,6 +131,7 @@ async def relay_websocket(client: Any, upstream: Any, on_traffic: Callable[[], N
 
     async def down() -> None:
         async for message in upstream:
+            on_traffic()  # a kernel's output while a cell runs
             if isinstance(message, str):
                 await client.send_text(message)
             else:

@@ -6,9 +6,9 @@ whose master side the server keeps) and its end: the command exits, or the clien
 session's processes get SIGHUP, then SIGKILL after :data:`HANGUP_GRACE_S`; the rental runs on), or
 the rental stops (its sandbox ends, and every process in it).
 
-The registry counts open sessions per instance (a cap, so one renter cannot open a thousand) and
-keeps when each instance last saw a person's input, which idle auto-stop reads as activity
-(docs/telemetry.md "Idle auto-stop")."""
+The registry counts open sessions per instance (a cap, so one renter cannot open a thousand). A
+session's input is recorded as the instance's activity (danlu.telemetry.activity), which idle
+auto-stop reads."""
 
 from __future__ import annotations
 
@@ -143,13 +143,12 @@ def start(
 
 
 class Registry:
-    """Open sessions per instance on this server, and each instance's last input (epoch ms)."""
+    """Open sessions per instance on this server (and the reapers of dropped ones)."""
 
     def __init__(self, max_per_instance: int = MAX_PER_INSTANCE) -> None:
         self.max_per_instance = max_per_instance
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}
-        self._input_ms: dict[str, int] = {}
         self._lingering: set[object] = set()  # the reaping of dropped sessions' processes
 
     def linger(self, task: asyncio.Future[None]) -> None:
@@ -178,14 +177,6 @@ class Registry:
     def open_count(self, instance_id: str) -> int:
         with self._lock:
             return self._open.get(instance_id, 0)
-
-    def touch(self, instance_id: str, now_ms: int) -> None:
-        with self._lock:
-            self._input_ms[instance_id] = max(now_ms, self._input_ms.get(instance_id, 0))
-
-    def last_input_ms(self, instance_id: str) -> int | None:
-        with self._lock:
-            return self._input_ms.get(instance_id)
 
 
 def enter_error(exc: EnterError) -> Conflict:

@@ -509,6 +509,10 @@ class InstanceOut(BaseModel):
     backend_ref: str | None = Field(
         None, description="where its current or last run is: slurm:JOBID on a Slurm cluster, local:PID; `show` only"
     )
+    last_used_at: str | None = Field(
+        None, description="when a person last used it (idle auto-stop counts it as use); `show` only"
+    )
+    last_used_by: str | None = Field(None, description="how: keystrokes (a session) or port traffic; `show` only")
 
     @classmethod
     def of(cls, v: InstanceView) -> InstanceOut:
@@ -544,6 +548,8 @@ class InstanceOut(BaseModel):
             max_duration_s=v.max_duration_s,
             stop_reason=v.stop_reason,
             backend_ref=v.backend_ref,
+            last_used_at=iso(v.last_used_ms),
+            last_used_by=v.last_used_by,
         )
 
 

@@ -151,6 +151,7 @@ def show(
     r = _row(v)
     r["sandbox_text"] = sandbox_text(v.get("sandbox"))
     r["limits_text"] = limits_text(v)
+    r["used_text"] = f"{v['last_used_at']} ({v['last_used_by']})" if v.get("last_used_at") else None
     for key, label in [
         *COLUMNS,
         ("status_reason", "reason"),
@@ -159,6 +160,7 @@ def show(
         ("image", "image"),
         ("sandbox_text", "sandbox"),
         ("limits_text", "limits"),
+        ("used_text", "last used"),
     ]:
         console.print(f"{label:>12}: {human(r.get(key))}", markup=False, highlight=False)
     if v.get("hold_id"):

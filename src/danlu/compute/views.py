@@ -193,6 +193,8 @@ class InstanceView:
     max_duration_s: int | None = None
     stop_reason: str = ""
     backend_ref: str | None = None  # where its current or last run is (slurm:JOBID, local:PID); `show` only
+    last_used_ms: int | None = None  # a person's last use (telemetry.activity); `show` only
+    last_used_by: str | None = None
 
 
 def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
@@ -365,6 +367,8 @@ def show(p: Platform, user: User, instance_id: str) -> InstanceView:
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
         view = _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
         view.backend_ref = p.backend.ref(inst.run_handle) if inst.run_handle else None
+        if (seen := p.activity.last(inst.id)) is not None:
+            view.last_used_ms, view.last_used_by = seen.at_ms, seen.kind
         if inst.job_id is None and inst.workspace_released_at_ms is None:
             pol = storage_policy(s)
             stored = next((a for a in allocs if a.id == inst.storage_allocation_id), None)

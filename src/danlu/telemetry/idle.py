@@ -2,7 +2,8 @@
 that acts on it with the preemption notice (the deadline file, SIGTERM, SIGKILL at the deadline).
 
 Idle means every sample of every allocated GPU in the last ``idle_stop_s`` is under the threshold,
-the run has been running the whole window, and samples cover it (the first within a period and a
+the run has been running the whole window with no person using it (telemetry.activity: input in a
+session, traffic through a port), and samples cover it (the first within a period and a
 second of the window's start, the last within a period and a second of now, no gap over two
 periods). The pass runs every loop tick on the samples stored so far, so a stop follows the end of
 an idle window by at most one sample period.
@@ -126,6 +127,8 @@ def verdicts(p: Platform, period_ms: int) -> list[Verdict]:
                 samples[inst_id].append((int(at), int(util or 0)))
     out = []
     for r in runs:
+        # a person's use (a keystroke in a session, traffic through a port) restarts the idle window
+        quiet_since = max(r.started_at_ms, p.activity.last_ms(r.id))
         if r.max_duration_s and (
             why := overtime_reason(max_ms=r.max_duration_s * 1000, running_since_ms=r.started_at_ms, now_ms=now)
         ):
@@ -135,7 +138,7 @@ def verdicts(p: Platform, period_ms: int) -> list[Verdict]:
                 samples.get(r.id, []),
                 window_ms=r.idle_stop_s * 1000,
                 threshold_pm=r.idle_threshold_pm,
-                running_since_ms=r.started_at_ms,
+                running_since_ms=quiet_since,
                 now_ms=now,
                 period_ms=period_ms,
             )
@@ -148,13 +151,13 @@ def verdicts(p: Platform, period_ms: int) -> list[Verdict]:
                 mine,
                 window_ms=window - lead,
                 threshold_pm=r.idle_threshold_pm,
-                running_since_ms=r.started_at_ms,
+                running_since_ms=quiet_since,
                 now_ms=now,
                 period_ms=period_ms,
             )
             if early:
                 busy = [t for t, u in mine if u >= r.idle_threshold_pm]
-                since = max([r.started_at_ms, *busy])
+                since = max([quiet_since, *busy])
                 stop_at = max(since, now - window + lead) + window
                 why = (
                     f"idle: every GPU under {_pct(r.idle_threshold_pm)} for {(now - since) // 1000} s; it will be "

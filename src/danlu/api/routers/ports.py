@@ -31,6 +31,7 @@ from danlu.compute.backends.base import EnterError
 from danlu.compute.backends.netns import PortClosed
 from danlu.context import Platform
 from danlu.core.errors import Conflict, DanluError, Forbidden, InvalidInput
+from danlu.telemetry import activity
 
 router = APIRouter(prefix="/instances", tags=["ports"])
 PREFIX = "/p"  # the app sees paths from / (our prefix taken off)
@@ -93,8 +94,9 @@ async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_
     return t, sock
 
 
-def _touch(registry: sessions.Registry, p: Platform, instance_id: str) -> Any:
-    return lambda: registry.touch(instance_id, p.clock.now_ms())
+def _touch(p: Platform, instance_id: str) -> Any:
+    """Records a person's use of the instance (idle auto-stop reads it: telemetry.activity)."""
+    return lambda: p.activity.touch(instance_id, p.clock.now_ms(), activity.PORT_TRAFFIC)
 
 
 async def proxy_http(scope: Scope, receive: Receive, send: Send) -> None:
@@ -108,7 +110,8 @@ async def proxy_http(scope: Scope, receive: Receive, send: Send) -> None:
     except DanluError as exc:
         await JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)(scope, receive, send)
         return
-    touch = _touch(request.app.state.sessions, p, t.instance_id)
+    # A page's polling (GET) is not a person: a notebook tab left open must not keep a rental alive.
+    touch = _touch(p, t.instance_id) if request.method not in ("GET", "HEAD", "OPTIONS") else (lambda: None)
     try:
         await proxy.forward_http(scope, receive, send, sock, (CONSOLE_COOKIE,), touch, _strip(scope, params))
     except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
@@ -160,7 +163,7 @@ async def proxy_websocket(ws: WebSocket) -> None:
         return
     async with upstream:
         await ws.accept(subprotocol=upstream.subprotocol)
-        await proxy.relay_websocket(ws, upstream, _touch(ws.app.state.sessions, p, t.instance_id))
+        await proxy.relay_websocket(ws, upstream, _touch(p, t.instance_id))
     try:
         await ws.close()
     except RuntimeError:
@@ -188,7 +191,7 @@ async def tunnel(ws: WebSocket, instance_id: str, port: str) -> None:
         await ws.close(code=protocol.close_code(exc), reason=f"{exc.code}: {exc.message}"[:120])
         return
     reader, writer = await asyncio.open_connection(sock=sock)
-    touch = _touch(ws.app.state.sessions, p, t.instance_id)
+    touch = _touch(p, t.instance_id)
 
     async def up() -> None:
         while True:

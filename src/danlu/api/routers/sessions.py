@@ -21,6 +21,7 @@ from danlu.accounts.credentials import CONSOLE_COOKIE
 from danlu.compute.backends.base import EnterError
 from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden, InvalidInput
+from danlu.telemetry import activity
 
 router = APIRouter(prefix="/instances", tags=["sessions"])
 
@@ -128,7 +129,7 @@ async def _run(
         outcome = await relay.relay(
             sp,
             _Socket(ws),
-            on_input=lambda: registry.touch(target.instance_id, p.clock.now_ms()),
+            on_input=lambda: p.activity.touch(target.instance_id, p.clock.now_ms(), activity.KEYSTROKES),
             recheck=recheck,
             recheck_s=service.RECHECK_S,
         )
