@@ -84,3 +84,16 @@ def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | Non
     if now.run_handle != t.run_handle:
         return Conflict("instance_not_running", f"instance {t.instance_id} was restarted: open a new session")
     return None
+
+
+def ports_of(p: Platform, user: User, instance_id: str) -> list[int]:
+    """The ports something listens on inside the user's running instance ([] when it is not running
+    or the user may not open sessions into it): the console's links to the renter's web apps."""
+    with p.db.read() as s:
+        inst = views.get_owned(s, user, instance_id)
+        if inst.status != Status.RUNNING or inst.run_handle is None:
+            return []
+        if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
+            return []
+        handle = inst.run_handle
+    return p.backend.listening(handle)

@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Path, Query
 from fastapi.responses import RedirectResponse, Response
 
+from danlu.access import service as access
 from danlu.accounts import credentials
 from danlu.advisor.workload import PRECISIONS, TASKS
 from danlu.api.routers import advice as advice_api
@@ -33,6 +34,7 @@ from danlu.console.web import (
     COOKIE,
     LANG_COOKIE,
     SECURITY_HEADERS,
+    TERMINAL_HEADERS,
     Anyone,
     ConsoleRoute,
     Page,
@@ -195,7 +197,15 @@ def instance(ctx: Page, instance_id: str) -> Response:
     out = instances_api.show(_checked_id(instance_id), ctx.platform, ctx.me)
     events = instances_api.events(out.id, ctx.platform, ctx.me)
     cost = invoices_api.instance_cost(ctx.platform, ctx.me, out.id)  # `danlu cost ID`: line by line
-    return ctx.render("instance.html", i=out, events=events, cost=cost)
+    ports = access.ports_of(ctx.platform, ctx.me, out.id)  # the renter's web apps (docs/access.md)
+    return ctx.render("instance.html", i=out, events=events, cost=cost, ports=ports)
+
+
+@router.get("/instances/{instance_id}/terminal")
+def terminal(ctx: Page, instance_id: str) -> Response:
+    """A shell inside the instance in the browser (static/terminal.js over the session WebSocket)."""
+    out = instances_api.show(_checked_id(instance_id), ctx.platform, ctx.me)
+    return ctx.render("terminal.html", i=out, headers=TERMINAL_HEADERS)
 
 
 @router.get("/top")

@@ -41,6 +41,11 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+# The web terminal's page: xterm.js writes its own <style> element (its cell sizes and colours), so
+# inline style is allowed there, and only there; scripts stay 'self' only.
+TERMINAL_HEADERS = SECURITY_HEADERS | {
+    "Content-Security-Policy": SECURITY_HEADERS["Content-Security-Policy"] + "; style-src 'self' 'unsafe-inline'"
+}
 
 templates = Environment(
     loader=PackageLoader("danlu.console", "templates"),
@@ -87,7 +92,9 @@ class Ctx:
     def _(self, message: str) -> str:
         return self.fmt.gettext(message)
 
-    def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+    def render(
+        self, template: str, status: int = 200, headers: dict[str, str] | None = None, **values: Any
+    ) -> HTMLResponse:
         page = templates.get_template(template).render(
             ctx=self,
             _=self._,
@@ -100,7 +107,7 @@ class Ctx:
             here=str(self.request.url.path) + (f"?{self.request.url.query}" if self.request.url.query else ""),
             **values,
         )
-        return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
+        return HTMLResponse(page, status_code=status, headers=headers or SECURITY_HEADERS)
 
     def error_page(self, e: DanluError) -> HTMLResponse:
         return self.render("error.html", status=e.http_status, error=e)
