@@ -15,9 +15,17 @@ from tests.conftest import LiveServer
 
 
 class Session:
-    def __init__(self, srv: LiveServer, token: str | None, instance_id: str, command: list[str] = (), **q: Any):  # type: ignore[assignment]
+    def __init__(
+        self,
+        srv: LiveServer,
+        token: str | None,
+        instance_id: str,
+        command: list[str] = (),  # type: ignore[assignment]
+        kind: str = "instances",
+        **q: Any,
+    ) -> None:
         params = [("command", c) for c in command] + [(k, str(v)) for k, v in q.items()]
-        url = f"ws://127.0.0.1:{srv.port}/api/v1/instances/{instance_id}/exec?{urlencode(params)}"
+        url = f"ws://127.0.0.1:{srv.port}/api/v1/{kind}/{instance_id}/exec?{urlencode(params)}"
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.ws: ClientConnection = connect(
             url, additional_headers=headers, max_size=None, open_timeout=30, legacy=True  # type: ignore[call-arg]
@@ -86,7 +94,7 @@ class Session:
 
 
 def run(srv: LiveServer, token: str | None, instance_id: str, command: list[str], **q: Any) -> Session:
-    s = Session(srv, token, instance_id, command, **q)
+    s = Session(srv, token, instance_id, command, **q)  # kind="jobs": a job's run
     s.eof()
     s.finish()
     return s

@@ -201,3 +201,22 @@ def test_a_revoked_token_ends_its_open_session(
         assert a.post("/admin/users/ana/token/rotate").status_code == 200
     status = s.finish(timeout=60)
     assert status["error"]["code"] == "invalid_token" and s.close_code == 4401
+
+
+def test_a_running_jobs_run_takes_sessions_too(sbx: LiveServer) -> None:  # noqa: F811
+    """`danlu job exec|shell`: the job's current run, with its checkpoint folder; strangers get job_not_found."""
+    with sbx.new_user("jo") as c:
+        r = c.post("/jobs", json={"command": ["sleep", "3000"], "gpus": 1, "gpu_types": ["T4"]})
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] == "running", timeout=60)
+        s = run(sbx, token_of(c), jid, ["sh", "-c", "echo $DANLU_CHECKPOINT_DIR; ls -d /checkpoints"], kind="jobs")
+        assert s.status == {"exit_code": 0}, (s.out, s.err)
+        assert s.out.decode().split() == ["/checkpoints", "/checkpoints"]
+        with sbx.new_user("mallory") as m:
+            s = run(sbx, token_of(m), jid, ["true"], kind="jobs")
+            assert s.status is not None and s.status["error"]["code"] == "job_not_found" and s.close_code == 4404
+        assert c.post(f"/jobs/{jid}/cancel").status_code == 200
+        wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] == "cancelled", timeout=60)
+        s = run(sbx, token_of(c), jid, ["true"], kind="jobs")
+        assert s.status is not None and s.status["error"]["code"] == "job_not_running" and s.close_code == 4409

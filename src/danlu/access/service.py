@@ -5,7 +5,7 @@ suspension or a stop ends it)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
@@ -15,8 +15,8 @@ from danlu.accounts.service import authenticate
 from danlu.compute import views
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.core.errors import Conflict, DanluError, Forbidden, Unauthorized
-from danlu.db.models import User
+from danlu.core.errors import Conflict, DanluError, Forbidden, NotFound, Unauthorized
+from danlu.db.models import Instance, Job, User
 
 RECHECK_S = 15.0  # a lost right ends an open session within this (the issue asks for a minute)
 
@@ -37,6 +37,7 @@ class Target:
     instance_id: str
     run_handle: str
     env: dict[str, str]  # the renter's own variables, as the run has them
+    job_id: str | None = None  # a job's run: re-checked through the job
 
 
 def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -> str:
@@ -60,29 +61,49 @@ def _user(s: Session, p: Platform, cred: Credentials) -> User:
     return authenticate(s, cred.bearer)
 
 
+def _enterable(s: Session, user: User, inst: Instance, what: str) -> Target:
+    if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
+        raise Forbidden(
+            "team_role_required", "only the renter or the team's owners and admins can open a session into it"
+        )
+    handle = _check(user, inst.status, inst.run_handle, what)
+    return Target(inst.id, handle, dict(json.loads(inst.env_json or "{}")))
+
+
 def target(p: Platform, cred: Credentials, instance_id: str) -> tuple[User, Target]:
     """The caller and the instance, if the caller may manage it (its renter, or the team's owners
     and admins) and it is running. Another tenant's instance is ``instance_not_found``."""
     with p.db.read() as s:
         user = _user(s, p, cred)
-        inst = views.get_owned(s, user, instance_id)
-        if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
-            raise Forbidden(
-                "team_role_required", "only the renter or the team's owners and admins can open a session into it"
-            )
-        handle = _check(user, inst.status, inst.run_handle, instance_id)
+        t = _enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
         s.expunge(user)
-        return user, Target(inst.id, handle, dict(json.loads(inst.env_json or "{}")))
+        return user, t
+
+
+def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Target]:
+    """The caller and the job's current run, as :func:`target` (another tenant's job: ``job_not_found``;
+    a job between runs: ``job_not_running``)."""
+    with p.db.read() as s:
+        user = _user(s, p, cred)
+        job = s.get(Job, job_id) if len(job_id) <= 32 else None
+        if job is None or not teams.may_see(s, user, job.user_id, job.billing_account_id):
+            raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
+        inst = s.get(Instance, job.current_instance_id) if job.current_instance_id else None
+        if inst is None or inst.status != Status.RUNNING:
+            raise Conflict("job_not_running", f"job {job_id} is {job.status}: sessions open into a running job's run")
+        t = _enterable(s, user, inst, job_id)
+        s.expunge(user)
+        return user, replace(t, job_id=job.id)
 
 
 def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | None:
     """None while the caller may keep the session open, else why not (for its status frame)."""
     try:
-        _, now = target(p, cred, t.instance_id)
+        _, now = job_target(p, cred, t.job_id) if t.job_id else target(p, cred, t.instance_id)
     except DanluError as exc:
         return exc
     if now.run_handle != t.run_handle:
-        return Conflict("instance_not_running", f"instance {t.instance_id} was restarted: open a new session")
+        return Conflict("instance_not_running", f"{t.job_id or t.instance_id} was restarted: open a new session")
     return None
 
 
@@ -95,5 +116,5 @@ def ports_of(p: Platform, user: User, instance_id: str) -> list[int]:
             return []
         if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
             return []
-        handle = inst.run_handle
+        handle: str = inst.run_handle
     return p.backend.listening(handle)

@@ -84,6 +84,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(credentials_router.router, prefix=API_PREFIX)  # issue 12: passwords, named tokens
     app.include_router(instances.stream_router, prefix=API_PREFIX)  # issue 12: server-sent events
     app.include_router(sessions_router.router, prefix=API_PREFIX)  # issue 25: exec and shell sessions
+    app.include_router(sessions_router.jobs_router, prefix=API_PREFIX)
     app.include_router(ports_router.router, prefix=API_PREFIX)  # issue 25: the renter's web apps
     app.router.routes.extend(ports_router.ROUTES)  # /p/{id}/{port}/…: before the console's catch-alls
     app.state.sessions = sessions.Registry()

@@ -16,15 +16,16 @@ import typer
 
 from danlu.access import protocol
 from danlu.cli.client import Client
+from danlu.cli.job_cmds import job_app
 from danlu.cli.output import JsonOpt, console, err_console, fail, print_json
 
 
-def _connect(client: Client, instance_id: str, params: list[tuple[str, str]]) -> Any:
+def _connect(client: Client, instance_id: str, params: list[tuple[str, str]], kind: str = "instances") -> Any:
     from websockets.exceptions import InvalidHandshake, InvalidURI
     from websockets.sync.client import connect
 
     base = client.url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
-    url = f"{base}/api/v1/instances/{instance_id}/exec?{urlencode(params)}"
+    url = f"{base}/api/v1/{kind}/{instance_id}/exec?{urlencode(params)}"
     headers = {"Authorization": f"Bearer {client.token}"} if client.token else {}
     try:
         return connect(url, additional_headers=headers, subprotocols=[protocol.SUBPROTOCOL], max_size=None,  # type: ignore[list-item]
@@ -60,8 +61,22 @@ def exec_(
 ) -> None:
     """Run a command in a running instance, in its sandbox; its output streams back as it comes and
     `danlu exec` exits with its exit code (``--json``: ``{"exit_code", "stdout", "stderr"}`` at the end)."""
+    _exec(instance_id, command, stdin, as_json, "instances")
+
+
+def job_exec(
+    job_id: str = typer.Argument(..., help="The running job."),
+    command: list[str] = typer.Argument(..., help="The command and its arguments (after --)."),
+    stdin: bool = typer.Option(False, "--stdin", "-i", help="Send this terminal's standard input to the command."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a command in a running job's current run (as `danlu exec` does for an instance)."""
+    _exec(job_id, command, stdin, as_json, "jobs")
+
+
+def _exec(object_id: str, command: list[str], stdin: bool, as_json: bool, kind: str) -> None:
     client = Client()
-    ws = _connect(client, instance_id, [("command", c) for c in command])
+    ws = _connect(client, object_id, [("command", c) for c in command], kind)
     if stdin:
         threading.Thread(target=_send_stdin, args=(ws,), daemon=True).start()
     else:
@@ -104,6 +119,18 @@ def shell(
 ) -> None:
     """An interactive terminal in a running instance (a login shell, in its sandbox): line editing,
     colours, Ctrl-C to the remote program, window resizes. `exit` ends it; the instance runs on."""
+    _shell(instance_id, command, "instances")
+
+
+def job_shell(
+    job_id: str = typer.Argument(..., help="The running job."),
+    command: list[str] = typer.Argument(None, help="A program to run instead of the login shell (after --)."),
+) -> None:
+    """An interactive terminal in a running job's current run (as `danlu shell` for an instance)."""
+    _shell(job_id, command, "jobs")
+
+
+def _shell(object_id: str, command: list[str] | None, kind: str) -> None:
     if not (os.isatty(0) and os.isatty(1)):
         fail("danlu shell needs a terminal; use `danlu exec ID -- CMD` in scripts", "not_a_terminal")
     import termios
@@ -112,7 +139,7 @@ def shell(
     client = Client()
     cols, rows = shutil.get_terminal_size()
     params = [("tty", "true"), ("cols", str(cols)), ("rows", str(rows)), *[("command", c) for c in command or []]]
-    ws = _connect(client, instance_id, params)
+    ws = _connect(client, object_id, params, kind)
     saved = termios.tcgetattr(0)
 
     def resized(*_: object) -> None:
@@ -249,3 +276,5 @@ def register(app: typer.Typer) -> None:
     app.command("shell")(shell)
     app.command("port")(port)
     app.command("forward")(forward)
+    job_app.command("exec")(job_exec)
+    job_app.command("shell")(job_shell)

@@ -24,6 +24,7 @@ from danlu.core.errors import DanluError, Forbidden, InvalidInput
 from danlu.telemetry import activity
 
 router = APIRouter(prefix="/instances", tags=["sessions"])
+jobs_router = APIRouter(prefix="/jobs", tags=["sessions"])
 
 
 class _Socket:
@@ -85,6 +86,16 @@ async def _refuse(ws: WebSocket, error: DanluError) -> None:
 
 @router.websocket("/{instance_id}/exec")
 async def exec_session(ws: WebSocket, instance_id: str) -> None:
+    await _session(ws, service.target, instance_id)
+
+
+@jobs_router.websocket("/{job_id}/exec")
+async def job_exec_session(ws: WebSocket, job_id: str) -> None:
+    """The same session into a running job's current run (``danlu job exec|shell``)."""
+    await _session(ws, service.job_target, job_id)
+
+
+async def _session(ws: WebSocket, resolve: Any, object_id: str) -> None:
     p: Platform = ws.app.state.platform
     registry: sessions.Registry = ws.app.state.sessions
     wanted = ws.headers.get("sec-websocket-protocol", "")
@@ -94,13 +105,13 @@ async def exec_session(ws: WebSocket, instance_id: str) -> None:
         if not same_origin(ws):
             raise Forbidden("bad_origin", "a session opens only from danlu's own pages or a client without an Origin")
         command, tty, size = _options(ws)
-        _, target = await run_in_threadpool(service.target, p, token, instance_id)
+        _, target = await run_in_threadpool(resolve, p, token, object_id)
         registry.admit(target.instance_id)
     except DanluError as exc:
         await _refuse(ws, exc)
         return
     try:
-        await _run(ws, p, registry, token, target, command, tty, size)
+        await _run(ws, p, token, target, command, tty, size)
     finally:
         registry.leave(target.instance_id)
 
@@ -108,7 +119,6 @@ async def exec_session(ws: WebSocket, instance_id: str) -> None:
 async def _run(
     ws: WebSocket,
     p: Platform,
-    registry: sessions.Registry,
     token: service.Credentials,
     target: service.Target,
     command: list[str],
@@ -146,7 +156,7 @@ async def _run(
         else:  # the client went away: SIGHUP now, every process of the session after the grace
             sp.hang_up()
             sp.close()
-            registry.linger(asyncio.ensure_future(_reap(sp)))
+            ws.app.state.sessions.linger(asyncio.ensure_future(_reap(sp)))
 
 
 async def _reap(sp: sessions.SessionProcess) -> None:
