@@ -37,6 +37,8 @@ class Handler(socketserver.StreamRequestHandler):
             self.rfile.read(length)
         body = json.dumps({"method": method, "target": target, "headers": headers, "body_bytes": length}).encode()
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n")
+        if "setcookie" in target:  # an app trying to sign the browser in to danlu as someone else
+            self.wfile.write(b"Set-Cookie: danlu_session=planted; Path=/\r\nSet-Cookie: app=1; Path=/\r\n")
         self.wfile.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
     def websocket(self, target: str, headers: dict[str, str]) -> None:

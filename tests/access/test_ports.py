@@ -62,6 +62,8 @@ def test_http_reaches_the_app_inside_and_danlus_credentials_stay_out(
         seen = h.post(f"{sbx.url}/p/{iid}/8888/upload", content=iter([b"a" * 1000, b"b" * 5000])).json()
         assert seen["body_bytes"] == 6000  # chunked
         assert h.get(f"{sbx.url}/p/{iid}/8888", follow_redirects=False).headers["location"] == f"/p/{iid}/8888/"
+        cookies = h.get(f"{sbx.url}/p/{iid}/8888/setcookie").headers.get_list("set-cookie")
+        assert cookies == ["app=1; Path=/"]  # the app's own cookie passes; danlu's session cookie never
 
 
 def test_websockets_reach_the_app_through_the_proxy(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811

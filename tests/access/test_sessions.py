@@ -220,3 +220,21 @@ def test_a_running_jobs_run_takes_sessions_too(sbx: LiveServer) -> None:  # noqa
         wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] == "cancelled", timeout=60)
         s = run(sbx, token_of(c), jid, ["true"], kind="jobs")
         assert s.status is not None and s.status["error"]["code"] == "job_not_running" and s.close_code == 4409
+
+
+def test_a_sessions_environment_never_shows_in_a_process_list(sbx: LiveServer) -> None:  # noqa: F811
+    """The renter's --env (secrets) reach the session's command but no command line on the host."""
+    canary = "canary-" + "7f3a9c"
+    with sbx.new_user("sec") as c:
+        iid = rent(c, ["sleep", "3000"], env={"API_KEY": canary})
+        held = Session(sbx, token_of(c), iid, ["sh", "-c", "echo $API_KEY; exec sleep 300"])
+        held.read_until(canary.encode())
+        shown = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and canary.encode() in (proc / "cmdline").read_bytes():
+                    shown.append(proc.name)
+            except OSError:
+                continue
+        assert not shown, shown
+        held.drop()

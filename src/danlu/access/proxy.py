@@ -34,6 +34,13 @@ def strip_cookie(value: bytes, names: tuple[str, ...]) -> bytes:
     return b";".join(kept).strip()
 
 
+def _sets(value: bytes, name: bytes, cookies: tuple[str, ...]) -> bool:
+    """A Set-Cookie of one of danlu's own cookies: an app may not sign a browser in or out of danlu."""
+    if name.lower() != b"set-cookie":
+        return False
+    return value.split(b"=", 1)[0].strip().decode(errors="replace") in cookies
+
+
 def request_headers(scope: Scope, drop_cookies: tuple[str, ...], prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
     out: list[tuple[bytes, bytes]] = []
     for name, value in scope["headers"]:
@@ -102,7 +109,7 @@ async def forward_http(
         response = await _next_event(conn, reader)
         if not isinstance(response, h11.Response):
             raise ConnectionError("the app closed the connection without an answer")
-        out = [(n.lower(), v) for n, v in response.headers if n.lower() not in DROP]
+        out = [(n.lower(), v) for n, v in response.headers if n.lower() not in DROP and not _sets(v, n, drop_cookies)]
         await send({"type": "http.response.start", "status": response.status_code, "headers": out})
         while True:
             event = await _next_event(conn, reader)

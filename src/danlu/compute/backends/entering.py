@@ -53,15 +53,20 @@ def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) 
     spec = {"init": init.pid, "init_ticks": ticks, "uid": uid, "keyring": sb.keyring, "cwd": "/workspace"}
     spec |= {"argv": request.command, "env": request.env, "tty": request.tty, "block_fd": block_r}
     spec["rlimits"] = _rlimits(h, sb)
+    # The spec (the renter's environment: secrets) goes through a memfd, never the command line,
+    # which every local user can read in /proc (as a run's bubblewrap arguments do, spawn.py).
+    spec_fd = os.memfd_create("danlu-enter", 0)
+    os.write(spec_fd, json.dumps(spec).encode())
+    os.lseek(spec_fd, 0, os.SEEK_SET)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(HELPER), json.dumps(spec)],
+            [sys.executable, "-I", "-S", str(HELPER), str(spec_fd)],
             stdin=request.stdio[0],
             stdout=request.stdio[1],
             stderr=request.stdio[2],
             env={},
             cwd="/",
-            pass_fds=(block_r,),
+            pass_fds=(block_r, spec_fd),
             start_new_session=True,
         )
     except OSError as exc:
@@ -69,6 +74,7 @@ def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) 
         raise EnterError(f"could not start the session: {exc}") from exc
     finally:
         os.close(block_r)
+        os.close(spec_fd)
     try:
         if h.get("cg") and sb.cgroups is not None:
             sb.cgroups.attach(h["run"], proc.pid)

@@ -1,6 +1,6 @@
 """Joins a running sandbox and runs one command in it: the process behind every exec, shell and
 (later) SSH session of a rental. A standalone script: the server runs it as
-``python3 -I -S enter.py SPEC_JSON`` (no danlu import, nothing from the server's environment),
+``python3 -I -S enter.py FD`` (the spec, JSON, in a memfd) (no danlu import, nothing from the server's environment),
 so it starts in a few tens of milliseconds.
 
 Why entering from the host, not an agent inside the sandbox (docs/security.md "Sessions"): no
@@ -76,7 +76,8 @@ def start_ticks(pid: int) -> int:
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    with os.fdopen(int(sys.argv[1]), "rb") as f:  # a memfd: the renter's environment is no command line
+        spec = json.loads(f.read())
     init, uid = int(spec["init"]), int(spec["uid"])
     try:
         fds = {name: os.open(f"/proc/{init}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in ("user", "net",
