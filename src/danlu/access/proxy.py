@@ -22,7 +22,7 @@ from typing import Any
 import h11
 from starlette.types import Receive, Scope, Send
 
-CHUNK = 64 * 1024
+CHUNK = 256 * 1024
 # Never passed on (RFC 9110 hop-by-hop), and danlu's own credentials.
 DROP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
                   b"transfer-encoding", b"upgrade", b"authorization"})  # fmt: skip

@@ -5,13 +5,15 @@ suspension or a stop ends it)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
 from danlu.accounts.credentials import session_user
-from danlu.accounts.service import authenticate
+from danlu.accounts.service import authenticate, hash_token
 from danlu.compute import views
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
@@ -19,6 +21,11 @@ from danlu.core.errors import Conflict, DanluError, Forbidden, NotFound, Unautho
 from danlu.db.models import Instance, Job, User
 
 RECHECK_S = 15.0  # a lost right ends an open session within this (the issue asks for a minute)
+# A proxied app's page makes many requests a second: each is checked, but a decision is reused for
+# this long (per credential and object), so a revoked token or a removed member is refused within it.
+DECISION_TTL_S = 2.0
+_decisions: dict[tuple[str, str, str], tuple[float, Target]] = {}
+_decisions_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,23 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
         t = _enterable(s, user, inst, job_id)
         s.expunge(user)
         return user, replace(t, job_id=job.id)
+
+
+def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> Target:
+    """:func:`target` (``kind`` "instance") or :func:`job_target` ("job"), a decision reused for
+    :data:`DECISION_TTL_S` (the port proxy's per-request check)."""
+    key = (hash_token(cred.bearer or "") + "/" + hash_token(cred.cookie or ""), kind, object_id)
+    now = time.monotonic()
+    with _decisions_lock:
+        hit = _decisions.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+    _, t = (job_target if kind == "job" else target)(p, cred, object_id)
+    with _decisions_lock:
+        if len(_decisions) > 10_000:
+            _decisions.clear()
+        _decisions[key] = (now + DECISION_TTL_S, t)
+    return t
 
 
 def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | None:

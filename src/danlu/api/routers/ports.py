@@ -84,7 +84,7 @@ def get_port(instance_id: InstanceIdPath, port: str, p: PlatformDep, request: Re
 
 async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_text: str) -> tuple[Any, socket.socket]:
     port = check_port(port_text)
-    _, t = await run_in_threadpool(service.target, p, cred, instance_id)
+    t = await run_in_threadpool(service.cached_target, p, cred, "instance", instance_id)
     try:
         sock = await run_in_threadpool(p.backend.connect, t.run_handle, port)
     except PortClosed as exc:
