@@ -646,7 +646,7 @@ def test_another_tenants_objects_refuse_every_websocket_route(world: World) -> N
                         message = ws.recv(timeout=30)
                         assert isinstance(message, bytes)
                         codes.append(_json.loads(message[1:])["error"]["code"])  # a session's status frame
-                except Exception:  # noqa: BLE001 - the close is what we wait for
+                except Exception:
                     pass
                 assert ws.close_code == 4404, (path, value, ws.close_code, ws.close_reason)
                 assert all(c.endswith("_not_found") for c in codes), (path, value, codes)
