@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= .danlu
 PORT ?= 8000
+SSH_PORT ?= 2222
 
 .PHONY: run test lint typecheck bench clean system-deps drill fuzz slurm-dev slurm-dev-stop
 
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP) system-deps
-	$(BIN)/danlu server --data-dir $(DATA_DIR) --port $(PORT)
+	$(BIN)/danlu server --data-dir $(DATA_DIR) --port $(PORT) --ssh-port $(SSH_PORT)
 
 # Tests run in parallel processes (pytest-xdist): most of their time is waiting on real servers,
 # sandboxes and meter intervals, so 3 workers fit 2 cores. TEST_WORKERS=0 runs them in one process.
@@ -32,6 +33,7 @@ CJK_FONT := /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc:fonts-wqy-zenhei
 test: $(STAMP) system-deps
 	@tools/install-system-deps.sh slurmctld:slurm-wlm munged:munge   # the Slurm tests' development cluster
 	@tools/install-system-deps.sh chromium:chromium $(CJK_FONT)      # the console's browser tests (Playwright drives it)
+	@tools/install-system-deps.sh ssh:openssh-client rsync:rsync     # the SSH gateway's tests use OpenSSH's own clients
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
@@ -43,7 +45,7 @@ fuzz: $(STAMP) system-deps
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -s -p no:cacheprovider --timeout 0 tests/api/test_fuzz.py
 
 bench: $(STAMP) system-deps
-	@tools/install-system-deps.sh wrk:wrk
+	@tools/install-system-deps.sh wrk:wrk nginx:nginx-light
 	$(BIN)/python benchmarks/api_latency.py
 	$(BIN)/python benchmarks/metering.py
 	$(BIN)/python benchmarks/invoices.py

@@ -49,6 +49,9 @@ class Settings:
     idle_threshold_default_pm: int = 50  # 5 %
     # Webhooks (danlu.notify.webhooks) reach only public addresses unless the operator allows more.
     webhook_allow_private: bool = False
+    # The SSH gateway (danlu.access.ssh): off unless a port is given (0: any free port, for tests).
+    ssh_host: str = "127.0.0.1"
+    ssh_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.meter_interval_s >= self.min_prepaid_seconds:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -56,7 +57,10 @@ FAKE_IDS = {
     "hold_id": "h-0000000000",
     "webhook_id": "987654321",
     "token_id": "987654321",
+    "key_id": "987654321",
 }
+# Path parameters that name no object, with a valid value: the refusal must be about the object.
+NOT_IDS = {"port": "8888"}
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
 SAMPLE_FIELDS: dict[str, Any] = {
     "password": "intruder-password-1",
@@ -259,6 +263,9 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         # not fire here, so its delivery counts stand still between snapshots.
         hook = a.post("/webhooks", json={"url": "https://1.1.1.1/a-hook", "kinds": ["member_removed"]})
         assert hook.status_code == 201, hook.text
+        public = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
+        key = a.post("/ssh-keys", json={"public_key": public})  # A's SSH key for the gateway (issue 25)
+        assert key.status_code == 201, key.text
         named = a.post("/tokens", json={"name": "a-laptop"})  # A's named API token (issue 12)
         assert named.status_code == 201, named.text
         app = live.server.config.app
@@ -273,6 +280,7 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "hold_id": [hid],
             "webhook_id": [str(hook.json()["id"])],
             "token_id": [str(named.json()["id"])],
+            "key_id": [str(key.json()["id"])],
         }
         w.a_views = [
             "/instances",
@@ -442,10 +450,11 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
             f"{route} has id parameter(s) {missing} with no fixture object: add tenant A's objects of "
             "that kind to World.objects in the `world` fixture of tests/api/test_tenant_matrix.py"
         )
-        other = [p for p in route.path_params if p not in route.id_params]
+        other = [p for p in route.path_params if p not in route.id_params and p not in NOT_IDS]
         assert not other, f"{route}: path parameter(s) {other} are not ids; give the matrix a value for them"
         for idx in range(max(len(world.objects[p]) for p in route.id_params)):
             values = {p: world.objects[p][idx % len(world.objects[p])] for p in route.id_params}
+            values |= {p: NOT_IDS[p] for p in route.path_params if p in NOT_IDS}
             calls.append((route, values))
 
     def expect(route: RouteInfo, values: dict[str, str], r: httpx.Response) -> str | None:
@@ -455,20 +464,20 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
         if err["code"] == "not_found" and "no such endpoint" in err["message"]:
             return "the route itself was not found: the matrix built a wrong path"
         # The same answer as for an object that does not exist: nothing about A's object leaks.
-        fake = {p: FAKE_IDS.get(p, "i-0000000000") for p in values}
+        fake = {p: NOT_IDS.get(p) or FAKE_IDS.get(p, "i-0000000000") for p in values}
         r2 = call(world.b, route, fake)
         ghost = _error(r2) if r2.status_code == 404 else {"code": f"status {r2.status_code}", "message": ""}
         masked = err["message"]
         for p, v in values.items():
-            masked = masked.replace(v, fake[p])
+            if p not in NOT_IDS:
+                masked = masked.replace(v, fake[p])
         if (r2.status_code, ghost["code"], ghost["message"]) != (404, err["code"], masked):
             return f"answers {err} on A's object but {r2.status_code} {ghost} on a missing one"
         return None
 
     run_checked(world, calls, expect)
-    a_ids = {
-        i for kind, ids in world.objects.items() if kind not in ("budget_id", "webhook_id", "token_id") for i in ids
-    }  # not small numbers
+    numbers = ("budget_id", "webhook_id", "token_id", "key_id")  # small numbers: found in any text
+    a_ids = {i for kind, ids in world.objects.items() if kind not in numbers for i in ids}
     for path in ("/instances?all=true", "/jobs", "/ledger?limit=1000", "/admin/sandboxes"):
         text = world.b.get(path).text
         assert not any(i in text for i in a_ids), f"tenant B's {path} shows tenant A's objects: {text[:300]}"

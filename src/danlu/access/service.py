@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
@@ -18,7 +19,7 @@ from danlu.compute import views
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import Conflict, DanluError, Forbidden, NotFound, Unauthorized
-from danlu.db.models import Instance, Job, User
+from danlu.db.models import Instance, Job, SshKey, User
 
 RECHECK_S = 15.0  # a lost right ends an open session within this (the issue asks for a minute)
 # A proxied app's page makes many requests a second: each is checked, but a decision is reused for
@@ -35,6 +36,7 @@ class Credentials:
 
     bearer: str | None = None
     cookie: str | None = None
+    ssh_key: str | None = None  # the SHA-256 fingerprint of the key an SSH client proved it holds
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,12 @@ def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -
 
 
 def _user(s: Session, p: Platform, cred: Credentials) -> User:
+    if cred.ssh_key is not None:
+        row = s.execute(select(SshKey.user_id).where(SshKey.fingerprint == cred.ssh_key)).first()
+        user = s.get(User, row.user_id) if row is not None else None
+        if user is None:
+            raise Unauthorized("unknown_key", "this SSH key is not registered (or was removed): `danlu key add FILE`")
+        return user
     if cred.bearer is None and cred.cookie is not None:
         found = session_user(s, cred.cookie, p.clock.now_ms())
         if found is None:
@@ -106,7 +114,7 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
 def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> Target:
     """:func:`target` (``kind`` "instance") or :func:`job_target` ("job"), a decision reused for
     :data:`DECISION_TTL_S` (the port proxy's per-request check)."""
-    key = (hash_token(cred.bearer or "") + "/" + hash_token(cred.cookie or ""), kind, object_id)
+    key = (hash_token(f"{cred.bearer}/{cred.cookie}/{cred.ssh_key}"), kind, object_id)
     now = time.monotonic()
     with _decisions_lock:
         hit = _decisions.get(key)
@@ -123,7 +131,7 @@ def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> 
 def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | None:
     """None while the caller may keep the session open, else why not (for its status frame)."""
     try:
-        _, now = job_target(p, cred, t.job_id) if t.job_id else target(p, cred, t.instance_id)
+        _, now = any_target(p, cred, t.job_id or t.instance_id)
     except DanluError as exc:
         return exc
     if now.run_handle != t.run_handle:
@@ -142,3 +150,8 @@ def ports_of(p: Platform, user: User, instance_id: str) -> list[int]:
             return []
         handle: str = inst.run_handle
     return p.backend.listening(handle)
+
+
+def any_target(p: Platform, cred: Credentials, object_id: str) -> tuple[User, Target]:
+    """An instance (``i-…``) or a running job's run (``j-…``): what an SSH user name names."""
+    return job_target(p, cred, object_id) if object_id.startswith("j-") else target(p, cred, object_id)

@@ -29,6 +29,7 @@ from danlu.api.routers import holds as holds_router
 from danlu.api.routers import invoices as invoice_routes
 from danlu.api.routers import ports as ports_router
 from danlu.api.routers import sessions as sessions_router
+from danlu.api.routers import ssh_keys as ssh_keys_router
 from danlu.api.routers import storage as storage_router
 from danlu.api.routers import student as student_router
 from danlu.api.routers import tariffs as tariffs_router
@@ -86,8 +87,16 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(sessions_router.router, prefix=API_PREFIX)  # issue 25: exec and shell sessions
     app.include_router(sessions_router.jobs_router, prefix=API_PREFIX)
     app.include_router(ports_router.router, prefix=API_PREFIX)  # issue 25: the renter's web apps
+    app.include_router(ssh_keys_router.router, prefix=API_PREFIX)  # issue 25: keys for the SSH gateway
     app.router.routes.extend(ports_router.ROUTES)  # /p/{id}/{port}/…: before the console's catch-alls
     app.state.sessions = sessions.Registry()
+    if platform.settings.ssh_port is not None:  # the SSH gateway lives and dies with the app
+        from danlu.access.ssh import SshGateway
+
+        gateway = SshGateway(platform, app.state.sessions, platform.settings.ssh_host, platform.settings.ssh_port)
+        app.state.ssh = gateway
+        app.router.on_startup.append(gateway.start)
+        app.router.on_shutdown.append(gateway.stop)
     app.state.platform_offers = lambda: platform_offers_for_advice(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 

@@ -39,6 +39,9 @@ def server(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port"),
+    ssh_port: int = typer.Option(
+        None, "--ssh-port", help="Serve the SSH gateway here (ssh -p PORT INSTANCE@HOST; docs/access.md). Off if unset."
+    ),
     data_dir: Path = typer.Option(None, "--data-dir", help="Workspaces, logs, admin token, SQLite file."),
     sandbox_dir: Path = typer.Option(
         None,
@@ -216,6 +219,8 @@ def server(
         timezone=timezone,  # the same zone bootstrap locked into the database
         **idle,
         webhook_allow_private=webhook_allow_private,
+        ssh_host=host,
+        ssh_port=ssh_port,
     )
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
@@ -244,6 +249,8 @@ def server(
         else "in " + str(data_dir / "admin-password")
     )
     typer.echo(f"console: http://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
+    if ssh_port is not None:
+        typer.echo(f"ssh:  ssh -p {ssh_port} INSTANCE_ID@{host}  (keys: danlu key add ~/.ssh/id_ed25519.pub)")
     loop.start()
     try:
         uvicorn.run(app, host=host, port=port, **UVICORN_OPTIONS)  # type: ignore[arg-type]

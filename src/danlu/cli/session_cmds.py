@@ -271,6 +271,65 @@ def _tunnel(client: Client, instance_id: str, remote: int, conn: Any) -> None:
         err_console.print(f"error: {ws.close_reason}", markup=False, highlight=False)
 
 
+key_app = typer.Typer(help="Your SSH public keys for the gateway (ssh -p PORT INSTANCE@HOST).", no_args_is_help=True)
+
+
+@key_app.command("add")
+def key_add(
+    file: str = typer.Argument(..., help="A public key file, e.g. ~/.ssh/id_ed25519.pub (never the private key)."),
+    name: str = typer.Option(None, "--name", help="A name for it (default: the key's comment)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Register a public key; `danlu ssh ID` then connects with it."""
+    try:
+        with open(os.path.expanduser(file), encoding="utf-8", errors="replace") as f:
+            text = f.read(20_000)
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}", "file_unreadable")
+    added = Client().post("/ssh-keys", json={"public_key": text, "name": name})
+    if as_json:
+        print_json(added)
+        return
+    console.print(f"added key {added['id']} {added['name']} {added['fingerprint']}", markup=False, highlight=False)
+
+
+@key_app.command("list")
+def key_list(as_json: bool = JsonOpt) -> None:
+    """Your registered keys."""
+    found = Client().get("/ssh-keys")
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        console.print("no keys yet: danlu key add ~/.ssh/id_ed25519.pub")
+    for k in found:
+        line = f"{k['id']:>4}  {k['fingerprint']}  {k['name']}  {k['created_at']}"
+        console.print(line, markup=False, highlight=False)
+
+
+@key_app.command("rm")
+def key_rm(key_id: int = typer.Argument(..., help="The key's id (danlu key list).")) -> None:
+    """Remove a key: new connections with it are refused, open ones end within 15 s."""
+    Client().delete(f"/ssh-keys/{key_id}")
+    console.print(f"removed key {key_id}")
+
+
+def ssh(
+    instance_id: str = typer.Argument(..., help="The running instance (or job)."),
+    port: int = typer.Option(2222, "--port", "-p", envvar="DANLU_SSH_PORT", help="The gateway's port."),
+    key: str = typer.Option(None, "--identity", "-i", help="The private key to use (default: ssh's own)."),
+    run: bool = typer.Option(False, "--run", help="Run ssh now instead of printing the command."),
+    extra: list[str] = typer.Argument(None, help="More ssh arguments or a command (after --)."),
+) -> None:
+    """The ssh command that reaches the instance through danlu's gateway (``--run``: run it)."""
+    host = urlsplit(Client().url).hostname or "127.0.0.1"
+    argv = ["ssh", "-p", str(port), *(["-i", key] if key else []), f"{instance_id}@{host}", *(extra or [])]
+    if not run:
+        console.print(" ".join(argv), markup=False, highlight=False)
+        return
+    os.execvp("ssh", argv)
+
+
 def register(app: typer.Typer) -> None:
     app.command("exec")(exec_)  # options before --, the command after it (as kubectl exec)
     app.command("shell")(shell)
@@ -278,3 +337,5 @@ def register(app: typer.Typer) -> None:
     app.command("forward")(forward)
     job_app.command("exec")(job_exec)
     job_app.command("shell")(job_shell)
+    app.add_typer(key_app, name="key")
+    app.command("ssh")(ssh)

@@ -84,6 +84,19 @@ class ApiToken(Base):
     revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
+class SshKey(Base):
+    """A person's SSH public key for the gateway (danlu.access.ssh). The fingerprint (SHA-256) is
+    unique over everyone: a key is one person's, so the gateway knows who connects from it alone."""
+
+    __tablename__ = "ssh_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    public_key: Mapped[str] = mapped_column(Text)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 class WebSession(Base):
     """A signed-in browser (the console's session cookie holds a random value; this row its hash).
     ``csrf`` is the token every form of that session must carry."""
