@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import h11
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect
 
 CHUNK = 256 * 1024
 # Never passed on (RFC 9110 hop-by-hop), and danlu's own credentials.
@@ -125,7 +126,6 @@ async def forward_http(
 async def relay_websocket(client: Any, upstream: Any, on_traffic: Callable[[], None]) -> None:
     """Messages both ways between the browser's socket (Starlette) and the app's (websockets), until
     either side closes."""
-    from starlette.websockets import WebSocketDisconnect
 
     async def up() -> None:
         while True:
@@ -144,7 +144,12 @@ async def relay_websocket(client: Any, upstream: Any, on_traffic: Callable[[], N
             else:
                 await client.send_bytes(message)
 
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    await both_ways(up(), down())
+
+
+async def both_ways(up: Coroutine[Any, Any, None], down: Coroutine[Any, Any, None]) -> None:
+    """Runs the two directions of a relay until either ends (a side closed), then stops the other."""
+    tasks = [asyncio.ensure_future(up), asyncio.ensure_future(down)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     except WebSocketDisconnect:

@@ -15,7 +15,7 @@ import asyncio
 import socket
 from typing import Any
 
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
@@ -208,15 +208,9 @@ async def tunnel(ws: WebSocket, instance_id: str, port: str) -> None:
         while data := await reader.read(proxy.CHUNK):
             await ws.send_bytes(data)
 
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    except WebSocketDisconnect:
-        pass
+        await proxy.both_ways(up(), down())
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         writer.close()
         try:
             await ws.close()
