@@ -53,6 +53,8 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
 	$(BIN)/python benchmarks/session_latency.py
+	$(BIN)/python benchmarks/port_proxy.py
+	$(BIN)/python benchmarks/shell_echo.py
 	$(BIN)/python benchmarks/stop_release.py
 	$(BIN)/python benchmarks/api_throughput.py
 	$(BIN)/python benchmarks/telemetry.py

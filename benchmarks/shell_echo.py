@@ -1,0 +1,159 @@
+"""Interactive echo with many shells open: N terminal sessions (``bash --norc -i``) into rentals on
+one host through danlu's WebSocket, each typing one key at a time and waiting for its echo, all at
+once; against the same through a bare pseudo-terminal on this host (the reference: the same bash,
+no danlu, no sandbox). p50/p99/max of keystroke → echo, and the ratio.
+
+    python benchmarks/shell_echo.py [--shells 100] [--keys 20] [--json]
+
+Target (issue 25): 100 concurrent shells on one host, echo p99 ≤ 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+import select
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from websockets.sync.client import connect
+
+from danlu.access import protocol
+from danlu.api.app import create_app
+
+sys.path.insert(0, str(Path(__file__).parent))
+from session_latency import build
+
+TARGET_MS = 50.0
+SHELL = ["/bin/bash", "--norc", "--noprofile", "-i"]
+
+
+def through_danlu(url: str, token: str, keys: int, out: list[float], ready: threading.Barrier) -> None:
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as ws:
+        seen = b""
+        while b"$ " not in seen:  # the prompt
+            message = ws.recv(timeout=60)
+            assert isinstance(message, bytes)
+            seen += message[1:]
+        ready.wait()
+        for k in range(keys):
+            key = bytes([ord("a") + k % 26])
+            t0 = time.perf_counter()
+            ws.send(protocol.frame(protocol.STDIN, key))
+            got = b""
+            while key not in got:
+                message = ws.recv(timeout=60)
+                assert isinstance(message, bytes)
+                got += message[1:]
+            out.append((time.perf_counter() - t0) * 1000)
+        ws.send(protocol.frame(protocol.STDIN, b"\x15exit\r"))
+
+
+def bare(keys: int, out: list[float], ready: threading.Barrier) -> None:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(SHELL, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            env={"PATH": "/usr/bin:/bin", "PS1": "$ ", "TERM": "xterm"})  # fmt: skip
+    os.close(slave)
+    seen = b""
+    while b"$ " not in seen:
+        select.select([master], [], [], 60)
+        seen += os.read(master, 65536)
+    ready.wait()
+    for k in range(keys):
+        key = bytes([ord("a") + k % 26])
+        t0 = time.perf_counter()
+        os.write(master, key)
+        got = b""
+        while key not in got:
+            select.select([master], [], [], 60)
+            got += os.read(master, 65536)
+        out.append((time.perf_counter() - t0) * 1000)
+    proc.kill()
+    proc.wait()
+    os.close(master)
+
+
+def run_all(n: int, target: Any, *args: Any) -> list[float]:
+    out: list[float] = []
+    ready = threading.Barrier(n)
+    threads = [threading.Thread(target=target, args=(*args, out, ready)) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    qs = statistics.quantiles(xs, n=100, method="inclusive")
+    return {"p50_ms": statistics.median(xs), "p99_ms": qs[98], "max_ms": max(xs), "n": len(xs)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shells", type=int, default=100)
+    ap.add_argument("--keys", type=int, default=20)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="danlu-bench-echo-"))
+    os.chmod(root, 0o711)
+    p, token = build(root)
+    from danlu.db.models import Instance
+
+    with p.db.read() as s:
+        iid = s.query(Instance).one().id
+    app = create_app(p)
+    app.state.sessions.max_per_instance = args.shells  # one rental, every shell in it
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error",
+                                           loop="uvloop", http="httptools"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    q = "&".join(f"command={c}" for c in SHELL)
+    url = f"ws://127.0.0.1:{port}/api/v1/instances/{iid}/exec?tty=true&{q}"
+    try:
+        ref = summary(run_all(args.shells, bare, args.keys))
+        ours = summary(run_all(args.shells, through_danlu, url, token, args.keys))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        with p.db.read() as s:
+            handles = [i.run_handle for i in s.query(Instance).all() if i.run_handle]
+        for h in handles:
+            p.backend.kill(h)
+        p.db.engine.dispose()
+        shutil.rmtree(root, ignore_errors=True)
+    rows = [{"path": "bare pty on the host (reference)", **ref}, {"path": "danlu shell (WebSocket, sandbox)", **ours}]
+    for r in rows:
+        r["ratio_p99"] = r["p99_ms"] / ref["p99_ms"]
+    verdict = "MET" if ours["p99_ms"] <= TARGET_MS else "MISSED"
+    if args.json:
+        print(json.dumps({"rows": rows, "target_p99_ms": TARGET_MS, "verdict": verdict, "load": os.getloadavg()}))
+        return 0
+    print(f"{args.shells} shells at once, {args.keys} keystrokes each, this machine ({os.cpu_count()} CPUs)")
+    print(f"| {'path':<34} | p50 ms | p99 ms | max ms | × reference p99 |")
+    print("|" + "|".join("-" * w for w in (36, 8, 8, 8, 17)) + "|")
+    for r in rows:
+        print(
+            f"| {r['path']:<34} | {r['p50_ms']:6.2f} | {r['p99_ms']:6.2f} | {r['max_ms']:6.2f} "
+            f"| {r['ratio_p99']:15.2f} |"
+        )
+    print(f"target: echo p99 ≤ {TARGET_MS:.0f} ms with {args.shells} shells → {verdict}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
