@@ -139,6 +139,12 @@ def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | Non
     return None
 
 
+def running_of(p: Platform, user: User, instance_id: str) -> Target:
+    """:func:`target` for a caller already authenticated (a REST route's bearer token)."""
+    with p.db.read() as s:
+        return _enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
+
+
 def ports_of(p: Platform, user: User, instance_id: str) -> list[int]:
     """The ports something listens on inside the user's running instance ([] when it is not running
     or the user may not open sessions into it): the console's links to the renter's web apps."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, WebSocket
+from fastapi import Path as FastPath
 from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
@@ -24,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from danlu.access import protocol, proxy, service, sessions
 from danlu.accounts.credentials import CONSOLE_COOKIE
-from danlu.api.deps import PlatformDep
+from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.routers.sessions import credentials, same_origin
 from danlu.api.schemas import InstanceIdPath, errors
 from danlu.compute.backends.base import EnterError
@@ -33,7 +34,8 @@ from danlu.context import Platform
 from danlu.core.errors import Conflict, DanluError, Forbidden, InvalidInput
 from danlu.telemetry import activity
 
-router = APIRouter(prefix="/instances", tags=["ports"])
+router = APIRouter(prefix="/instances", tags=["ports"], responses=errors(401))
+PortPath = Annotated[int, FastPath(ge=1, le=65535, description="a TCP port inside the instance")]
 PREFIX = "/p"  # the app sees paths from / (our prefix taken off)
 ABSOLUTE = "/pa"  # the app sees the whole path (it was told its base URL)
 
@@ -62,24 +64,25 @@ def port_out(base: str, instance_id: str, port: int) -> PortOut:
     )
 
 
-@router.get("/{instance_id}/ports", response_model=PortsOut, responses=errors(401, 403, 404, 409))
-def list_ports(instance_id: InstanceIdPath, p: PlatformDep, request: Request) -> PortsOut:
+@router.get("/{instance_id}/ports", response_model=PortsOut, responses=errors(403, 404, 409))
+def list_ports(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request) -> PortsOut:
     """The TCP ports something listens on inside the running instance, each with its URL through
     danlu (``/p/{id}/{port}/``: open it signed in to the console, or with your bearer token)."""
-    _, t = service.target(p, credentials(request), instance_id)
+    t = service.running_of(p, user, instance_id)
     base = str(request.base_url)
     ports = [port_out(base, t.instance_id, n) for n in p.backend.listening(t.run_handle)]
     return PortsOut(instance_id=t.instance_id, listening=ports)
 
 
-@router.get("/{instance_id}/ports/{port}", response_model=PortOut, responses=errors(401, 403, 404, 409, 422))
-def get_port(instance_id: InstanceIdPath, port: str, p: PlatformDep, request: Request) -> PortOut:
+@router.get("/{instance_id}/ports/{port}", response_model=PortOut, responses=errors(403, 404, 409))
+def get_port(
+    instance_id: InstanceIdPath, port: PortPath, p: PlatformDep, user: CurrentUser, request: Request
+) -> PortOut:
     """PORT's URLs through danlu (``danlu port ID PORT``); ``port_closed`` (409) while nothing listens on it."""
-    n = check_port(port)
-    _, t = service.target(p, credentials(request), instance_id)
-    if n not in p.backend.listening(t.run_handle):
-        raise Conflict("port_closed", f"nothing listens on port {n} inside {instance_id} yet (start your app on it)")
-    return port_out(str(request.base_url), t.instance_id, n)
+    t = service.running_of(p, user, instance_id)
+    if port not in p.backend.listening(t.run_handle):
+        raise Conflict("port_closed", f"nothing listens on port {port} inside {instance_id} yet (start your app on it)")
+    return port_out(str(request.base_url), t.instance_id, port)
 
 
 async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_text: str) -> tuple[Any, socket.socket]:

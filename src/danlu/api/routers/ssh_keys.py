@@ -13,11 +13,17 @@ from danlu.api.schemas import errors
 from danlu.core.clock import iso
 
 router = APIRouter(prefix="/ssh-keys", tags=["ssh"], responses=errors(401))
+KEY_SHAPE = r"^\s*(ssh|ecdsa|sk)-[A-Za-z0-9@.-]+ [A-Za-z0-9+/]+=*( [^\r\n]*)?\s*$"
 KeyIdPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="the key's id (`danlu key list`)")]
 
 
 class KeyIn(BaseModel):
-    public_key: str = Field(..., max_length=16 * 1024, description="one public key line (the .pub file)")
+    public_key: str = Field(
+        ...,
+        max_length=16 * 1024,
+        pattern=KEY_SHAPE,
+        description="one public key line (the .pub file): TYPE BASE64 [COMMENT]; a real key of that type",
+    )
     name: str | None = Field(None, max_length=64, description="a name for it (default: the key's comment)")
 
 
@@ -32,7 +38,7 @@ class KeyOut(BaseModel):
         return cls(id=v.id, name=v.name, fingerprint=v.fingerprint, created_at=iso(v.created_at_ms))
 
 
-@router.post("", response_model=KeyOut, status_code=201, responses=errors(409, 422))
+@router.post("", response_model=KeyOut, status_code=201, responses=errors(400, 409, 422))
 def add_key(body: KeyIn, p: PlatformDep, user: CurrentUser) -> KeyOut:
     """Register a public key: ``ssh -p PORT INSTANCE@HOST`` with it reaches your instances (and your
     team's, where your role may manage them). A key is one person's: ``key_in_use`` if registered."""
