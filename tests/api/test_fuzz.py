@@ -66,7 +66,7 @@ STATEFUL_422 = {
     "POST /api/v1/admin/tariffs": "a window whose from equals its to (invalid_tariff)",
     "PUT /api/v1/instances/{instance_id}/schedule": "a stop or a start time (or both), not the same time",
     "POST /api/v1/webhooks": "the URL must resolve, from this server, to public addresses only (DNS, the network)",
-    "POST /api/v1/ssh-keys": "the pattern states a key's shape; its bytes must be a real key of its type",
+    "POST /api/v1/ssh-keys": "the text must be a real SSH public key (invalid_key), which a schema cannot state",
 }
 
 
