@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, field
 
 import psutil
+from starlette.concurrency import run_in_threadpool
 
 from danlu.access.service import Target
 from danlu.compute.backends.base import Backend, EnterError, EnterRequest
@@ -177,6 +178,12 @@ class Registry:
     def open_count(self, instance_id: str) -> int:
         with self._lock:
             return self._open.get(instance_id, 0)
+
+
+async def reap_after_grace(sp: SessionProcess) -> None:
+    """A dropped session: every process of it, :data:`HANGUP_GRACE_S` after its SIGHUP."""
+    await asyncio.sleep(HANGUP_GRACE_S)
+    await run_in_threadpool(sp.kill)
 
 
 def enter_error(exc: EnterError) -> Conflict:

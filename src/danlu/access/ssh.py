@@ -60,8 +60,8 @@ def host_key(data_dir: Path) -> asyncssh.SSHKey:
 class Gateway(asyncssh.SSHServer):
     """One client connection: who it is, and which instance it reaches."""
 
-    def __init__(self, p: Platform) -> None:
-        self.p = p
+    def __init__(self, p: Platform, registry: sessions.Registry) -> None:
+        self.p, self.registry = p, registry
         self.cred: service.Credentials | None = None
         self.target: service.Target | None = None
 
@@ -169,7 +169,7 @@ async def handle(process: asyncssh.SSHServerProcess[bytes]) -> None:
     gateway = process.get_extra_info("connection").get_owner()
     assert isinstance(gateway, Gateway) and gateway.target is not None and gateway.cred is not None
     p, target, cred = gateway.p, gateway.target, gateway.cred
-    registry: sessions.Registry = gateway.registry  # type: ignore[attr-defined]
+    registry = gateway.registry
     try:
         registry.admit(target.instance_id)
     except DanluError as exc:
@@ -222,12 +222,7 @@ async def _run(
         process.exit(255)
         return
     sp.hang_up()  # the client went away
-    registry.linger(asyncio.ensure_future(_reap(sp)))
-
-
-async def _reap(sp: sessions.SessionProcess) -> None:
-    await asyncio.sleep(sessions.HANGUP_GRACE_S)
-    await run_in_threadpool(sp.kill)
+    registry.linger(asyncio.ensure_future(sessions.reap_after_grace(sp)))
 
 
 class _Channel:
@@ -275,13 +270,8 @@ class SshGateway:
         self.server: asyncssh.SSHAcceptor | None = None
 
     async def start(self) -> None:
-        def factory() -> Gateway:
-            g = Gateway(self.p)
-            g.registry = self.registry  # type: ignore[attr-defined]
-            return g
-
         self.server = await asyncssh.create_server(
-            factory,
+            lambda: Gateway(self.p, self.registry),
             self.host,
             self.port,
             server_host_keys=[host_key(self.p.settings.data_dir)],

@@ -156,12 +156,7 @@ async def _run(
         else:  # the client went away: SIGHUP now, every process of the session after the grace
             sp.hang_up()
             sp.close()
-            ws.app.state.sessions.linger(asyncio.ensure_future(_reap(sp)))
-
-
-async def _reap(sp: sessions.SessionProcess) -> None:
-    await asyncio.sleep(sessions.HANGUP_GRACE_S)
-    await run_in_threadpool(sp.kill)
+            ws.app.state.sessions.linger(asyncio.ensure_future(sessions.reap_after_grace(sp)))
 
 
 async def _close(ws: WebSocket, code: int) -> None:
