@@ -588,6 +588,10 @@ def check(db_url: str, runs: list[RunSeen], procs: Procs, tol_ms: int) -> dict[s
 
 
 # -- main ----------------------------------------------------------------------------------------------
+class DrillStopped(Exception):
+    """SIGTERM (a caller's time limit): the drill's cleanup still runs (its servers and runs end)."""
+
+
 def run_drill(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="danlu-kill-drill-"))
@@ -636,6 +640,8 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
             if thread is not None:
                 thread.join(timeout=20)
             took = server.start()
+            print(f"kill {k + 1}/{args.kills}: in flight {kind}, restart {took:.1f} s, "
+                  f"{time.monotonic() - t_start:.0f} s so far", file=sys.stderr, flush=True)  # fmt: skip
             kills.append(
                 {
                     "n": k + 1,
@@ -740,6 +746,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance-ms", type=int, default=600, help="slack for 'ended after its process' (ms)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (data, server log)")
     args = ap.parse_args(argv)
+
+    def stopped(signum: int, _frame: object) -> None:  # a caller's time limit: clean up on the way out
+        raise DrillStopped(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stopped)
     try:
         report = run_drill(args)
     except Exception as exc:  # the drill itself broke (the server would not start, …)

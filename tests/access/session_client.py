@@ -81,6 +81,9 @@ class Session:
                 self._take(message)
         except ConnectionClosed:
             pass
+        except TimeoutError:  # say what came before the silence, not just that it was silent
+            said = f"output so far: {bytes(self.out)[-2000:]!r}, errors: {bytes(self.err)[-500:]!r}"
+            raise AssertionError(f"the session did not end within {timeout} s; {said}") from None
         assert self.status is not None, (bytes(self.out), bytes(self.err))
         return self.status
 

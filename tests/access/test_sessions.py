@@ -78,8 +78,12 @@ def test_a_shell_has_a_terminal_with_resize_and_ctrl_c(sbx: LiveServer, renter: 
     s.resize(132, 50)
     s.type("echo now=$(stty size)\r")
     s.read_until(b"now=50 132")
-    s.type("sleep 1000\r")
-    s.read_until(b"sleep 1000\r\n")  # echoed back: the command is running
+    # The subshell prints a marker the echo of the typed line cannot contain, from inside the
+    # foreground job: a Ctrl-C sent once it shows reaches the job, not bash between commands (the
+    # echo of "sleep 1000" alone came before bash had made the job the terminal's foreground, and a
+    # Ctrl-C in that window was lost on a loaded machine, leaving the sleep running).
+    s.type("(echo running-$((40+2)); exec sleep 1000)\r")
+    s.read_until(b"running-42")
     s.send(b"\x03")  # Ctrl-C goes to the foreground program, not the session
     s.type("echo after-sleep=$?\r")
     s.read_until(b"after-sleep=130")

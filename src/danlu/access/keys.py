@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import asyncssh
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -27,6 +26,8 @@ class KeyView:
 
 def parse(text: str) -> tuple[str, str, str]:
     """(the key in OpenSSH form, its SHA-256 fingerprint, its comment) of one public key line."""
+    import asyncssh  # here, not at the top: ~0.2 s of every server start, which a restart waits on
+
     if len(text) > MAX_KEY_CHARS or "PRIVATE KEY" in text:
         raise InvalidInput("invalid_key", "send a public key (the .pub file, one line), never a private key")
     try:
