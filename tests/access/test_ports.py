@@ -144,3 +144,35 @@ def test_danlu_forward_listens_here_and_reaches_the_app(sbx: LiveServer, app: tu
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_one_dialer_thread_per_rental_and_it_ends_when_idle(
+    sbx: LiveServer,  # noqa: F811
+    app: tuple[httpx.Client, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connections into the rental's namespace come from one thread of its own that stays there
+    (danlu.compute.backends.netns._Dialer), not a new thread each (which was most of a proxied
+    request's time); it ends when idle, and the next request starts another."""
+    from danlu.compute.backends import netns
+
+    c, iid = app
+    earlier = set(threading.enumerate())  # earlier tests' rentals' dialers may not have ended yet
+    old = set(netns._dialers.values())
+
+    def dialers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "danlu-netns-dialer" and t not in earlier]
+
+    with httpx.Client(headers=c.headers, timeout=30) as h:
+        for n in range(40):
+            assert h.get(f"{sbx.url}/p/{iid}/8888/n{n}").json()["target"] == f"/n{n}"
+        assert len(dialers()) == 1
+        ended = dialers()[0]
+        (dialer,) = set(netns._dialers.values()) - old
+        assert 0 < len(dialer.ready) <= netns.POOL  # sockets made ahead, at most the pool's size
+        monkeypatch.setattr(netns, "IDLE_S", 0.2)
+        assert h.get(f"{sbx.url}/p/{iid}/8888/wake").status_code == 200  # its next wait is the short one
+        ended.join(timeout=60)
+        assert not ended.is_alive() and dialer not in netns._dialers.values() and not dialer.ready
+        assert h.get(f"{sbx.url}/p/{iid}/8888/again").json()["target"] == "/again"
+        assert len(dialers()) == 1 and dialers()[0] is not ended

@@ -111,20 +111,27 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
         return user, replace(t, job_id=job.id)
 
 
+def decided(cred: Credentials, kind: str, object_id: str) -> Target | None:
+    """A decision of :func:`cached_target` still fresh, else None: no database, so the event loop
+    asks it first and goes to a thread only to decide anew."""
+    key = (hash_token(f"{cred.bearer}/{cred.cookie}/{cred.ssh_key}"), kind, object_id)
+    with _decisions_lock:
+        hit = _decisions.get(key)
+    return hit[1] if hit is not None and hit[0] > time.monotonic() else None
+
+
 def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> Target:
     """:func:`target` (``kind`` "instance") or :func:`job_target` ("job"), a decision reused for
     :data:`DECISION_TTL_S` (the port proxy's per-request check)."""
-    key = (hash_token(f"{cred.bearer}/{cred.cookie}/{cred.ssh_key}"), kind, object_id)
-    now = time.monotonic()
-    with _decisions_lock:
-        hit = _decisions.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+    hit = decided(cred, kind, object_id)
+    if hit is not None:
+        return hit
     _, t = (job_target if kind == "job" else target)(p, cred, object_id)
+    key = (hash_token(f"{cred.bearer}/{cred.cookie}/{cred.ssh_key}"), kind, object_id)
     with _decisions_lock:
         if len(_decisions) > 10_000:
             _decisions.clear()
-        _decisions[key] = (now + DECISION_TTL_S, t)
+        _decisions[key] = (time.monotonic() + DECISION_TTL_S, t)
     return t
 
 

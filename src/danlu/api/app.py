@@ -88,7 +88,9 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(sessions_router.jobs_router, prefix=API_PREFIX)
     app.include_router(ports_router.router, prefix=API_PREFIX)  # issue 25: the renter's web apps
     app.include_router(ssh_keys_router.router, prefix=API_PREFIX)  # issue 25: keys for the SSH gateway
-    app.router.routes.extend(ports_router.ROUTES)  # /p/{id}/{port}/…: before the console's catch-alls
+    # /p/{id}/{port}/…: first, so a proxied request is not matched against every API route before
+    # (and before the console's catch-alls); no other route starts with /p/ or /pa/.
+    app.router.routes[:0] = ports_router.ROUTES
     app.state.sessions = sessions.Registry()
     if platform.settings.ssh_port is not None:  # the SSH gateway lives and dies with the app
         from danlu.access.ssh import SshGateway

@@ -87,9 +87,11 @@ def get_port(
 
 async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_text: str) -> tuple[Any, socket.socket]:
     port = check_port(port_text)
-    t = await run_in_threadpool(service.cached_target, p, cred, "instance", instance_id)
+    t = service.decided(cred, "instance", instance_id)  # on the loop: no thread while a decision is fresh
+    if t is None:
+        t = await run_in_threadpool(service.cached_target, p, cred, "instance", instance_id)
     try:
-        sock = await run_in_threadpool(p.backend.connect, t.run_handle, port)
+        sock = await p.backend.dial(t.run_handle, port)
     except PortClosed as exc:
         raise Conflict("port_closed", str(exc)) from exc
     except EnterError as exc:

@@ -264,6 +264,10 @@ class Backend(Protocol):
         (no host port is opened). Raises :class:`EnterError` when the run cannot be reached."""
         ...
 
+    async def dial(self, handle: str, port: int) -> socket.socket:
+        """:meth:`connect` for the event loop (the port proxy's every request): no pool thread."""
+        ...
+
     def listening(self, handle: str) -> list[int]:
         """The TCP ports something listens on inside the run ([] where it cannot tell)."""
         ...

@@ -388,6 +388,9 @@ class LocalBackend:
     def connect(self, handle: str, port: int) -> socket.socket:
         return netns.connect(json.loads(handle), port)
 
+    async def dial(self, handle: str, port: int) -> socket.socket:
+        return await netns.dial(json.loads(handle), port)
+
     def listening(self, handle: str) -> list[int]:
         return netns.listening(json.loads(handle))
 

@@ -394,6 +394,9 @@ class SlurmBackend:
     def connect(self, handle: str, port: int) -> socket.socket:
         raise EnterError("ports of runs on Slurm nodes are not reachable yet")
 
+    async def dial(self, handle: str, port: int) -> socket.socket:
+        return self.connect(handle, port)
+
     def listening(self, handle: str) -> list[int]:
         return []
 
