@@ -62,6 +62,8 @@ class Handler(socketserver.StreamRequestHandler):
                 return
             if opcode == 1:
                 self.send_text("echo:" + data.decode())
+            elif opcode == 9 and n < 126:  # a ping (the proxy's keepalive): pong, or it gives up on us
+                self.wfile.write(b"\x8a" + bytes([n]) + data)
 
     def send_text(self, text: str) -> None:
         data = text.encode()

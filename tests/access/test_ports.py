@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from tests.access.test_sessions import token_of
@@ -176,3 +176,29 @@ def test_one_dialer_thread_per_rental_and_it_ends_when_idle(
         assert not ended.is_alive() and dialer not in netns._dialers.values() and not dialer.ready
         assert h.get(f"{sbx.url}/p/{iid}/8888/again").json()["target"] == "/again"
         assert len(dialers()) == 1 and dialers()[0] is not ended
+
+
+def test_a_revoked_token_ends_open_proxied_sockets_and_tunnels(
+    sbx: LiveServer,  # noqa: F811
+    app: tuple[httpx.Client, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A right checked once at the upgrade is not enough: a notebook's kernel socket or a `danlu
+    forward` tunnel left open must end when its token is revoked (a member removed from the team:
+    the same check, danlu.access.service.still_allowed), as a shell does."""
+    from danlu.access import service
+
+    monkeypatch.setattr(service, "RECHECK_S", 0.3)
+    c, iid = app
+    auth = {"Authorization": f"Bearer {token_of(c)}"}
+    proxied = connect(f"ws://127.0.0.1:{sbx.port}/p/{iid}/8888/api/kernels/k1/channels", additional_headers=auth)
+    assert proxied.recv(timeout=30) == "opened:/api/kernels/k1/channels"
+    tunnel = connect(f"ws://127.0.0.1:{sbx.port}/api/v1/instances/{iid}/ports/8888/tunnel", additional_headers=auth)
+    tunnel.send(b"GET /t HTTP/1.1\r\n")  # half a request: the app waits for the rest, the tunnel stays open
+    with sbx.admin() as a:
+        assert a.post("/admin/users/ana/token/rotate").status_code == 200
+    for ws in (proxied, tunnel):
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=60)
+        assert ws.close_code == 4401, (ws is tunnel, ws.close_code)  # invalid_token, as the REST API says it

@@ -173,3 +173,29 @@ def test_other_keys_and_passwords_are_refused(
     assert c.delete(f"/ssh-keys/{c.get('/ssh-keys').json()[0]['id']}").status_code == 204
     r = s.ssh("true")  # removed: refused at once
     assert r.returncode == 255 and "Permission denied" in r.stderr
+
+
+def test_a_removed_key_ends_its_open_forwarded_connection(
+    ana: tuple[httpx.Client, str, Ssh], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `ssh -L` connection held open is checked as a shell is (danlu.access.service.lost): the
+    key removed, the connection through it ends."""
+    from danlu.access import service
+
+    monkeypatch.setattr(service, "RECHECK_S", 0.3)
+    c, iid, s = ana
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        local = probe.getsockname()[1]
+    argv = ["ssh", "-p", str(s.port), *s.opts, "-N", "-L", f"{local}:127.0.0.1:8765", f"{iid}@127.0.0.1"]
+    tunnel = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: _get(f"http://127.0.0.1:{local}/"), timeout=60)  # forwarding works
+        with socket.create_connection(("127.0.0.1", local), timeout=90) as held:
+            held.sendall(b"GET / HTTP/1.1\r\n")  # half a request: the app waits, the channel stays open
+            (key,) = c.get("/ssh-keys").json()
+            assert c.delete(f"/ssh-keys/{key['id']}").status_code == 204
+            assert held.recv(1024) == b""  # closed by the gateway (the socket's own limit is 90 s)
+    finally:
+        tunnel.terminate()
+        tunnel.communicate(timeout=30)

@@ -123,9 +123,11 @@ async def forward_http(
         writer.close()
 
 
-async def relay_websocket(client: Any, upstream: Any, on_traffic: Callable[[], None]) -> None:
+async def relay_websocket(
+    client: Any, upstream: Any, on_traffic: Callable[[], None], watch: Coroutine[Any, Any, Any]
+) -> Any:
     """Messages both ways between the browser's socket (Starlette) and the app's (websockets), until
-    either side closes."""
+    either side closes or ``watch`` ends (a right lost: what it returns is returned)."""
 
     async def up() -> None:
         while True:
@@ -144,17 +146,23 @@ async def relay_websocket(client: Any, upstream: Any, on_traffic: Callable[[], N
             else:
                 await client.send_bytes(message)
 
-    await both_ways(up(), down())
+    return await both_ways(up(), down(), watch)
 
 
-async def both_ways(up: Coroutine[Any, Any, None], down: Coroutine[Any, Any, None]) -> None:
-    """Runs the two directions of a relay until either ends (a side closed), then stops the other."""
+async def both_ways(
+    up: Coroutine[Any, Any, None], down: Coroutine[Any, Any, None], watch: Coroutine[Any, Any, Any]
+) -> Any:
+    """Runs the two directions of a relay until either ends (a side closed) or ``watch`` does (the
+    caller's right to the rental is gone: its result, the reason, is returned; else None), then
+    stops the rest."""
     tasks = [asyncio.ensure_future(up), asyncio.ensure_future(down)]
+    watching = asyncio.ensure_future(watch)
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([*tasks, watching], return_when=asyncio.FIRST_COMPLETED)
     except WebSocketDisconnect:
         pass
     finally:
-        for t in tasks:
+        for t in (*tasks, watching):
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, watching, return_exceptions=True)
+    return watching.result() if watching.done() and not watching.cancelled() and not watching.exception() else None

@@ -4,6 +4,7 @@ suspension or a stop ends it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -11,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from danlu.accounts import teams
 from danlu.accounts.credentials import session_user
@@ -144,6 +146,17 @@ def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | Non
     if now.run_handle != t.run_handle:
         return Conflict("instance_not_running", f"{t.job_id or t.instance_id} was restarted: open a new session")
     return None
+
+
+async def lost(p: Platform, cred: Credentials, t: Target) -> DanluError:
+    """Returns, with the reason, once the caller may no longer use ``t`` (checked every
+    :data:`RECHECK_S`): what a connection held open through danlu (a proxied app's socket, a
+    tunnel, ``ssh -L``) runs beside, so it ends as a shell does."""
+    while True:
+        await asyncio.sleep(RECHECK_S)
+        why = await run_in_threadpool(still_allowed, p, cred, t)
+        if why is not None:
+            return why
 
 
 def running_of(p: Platform, user: User, instance_id: str) -> Target:

@@ -102,7 +102,8 @@ class Gateway(asyncssh.SSHServer):
             raise asyncssh.ChannelOpenError(
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "only the instance's own 127.0.0.1 can be forwarded"
             )
-        target, p = self.target, self.p
+        target, p, cred = self.target, self.p, self.cred
+        assert cred is not None  # set with the target
 
         async def tunnel(reader: asyncssh.SSHReader[bytes], writer: asyncssh.SSHWriter[bytes]) -> None:
             try:
@@ -127,11 +128,14 @@ class Gateway(asyncssh.SSHServer):
                     await writer.drain()
                 writer.write_eof()
 
+            both: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(up(), down()))  # EOFs passed on
+            watch: asyncio.Future[Any] = asyncio.ensure_future(service.lost(p, cred, target))  # as a shell's
             try:
-                await asyncio.gather(up(), down())
-            except (OSError, asyncssh.Error):
-                pass
+                await asyncio.wait({both, watch}, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                for task in (both, watch):
+                    task.cancel()
+                await asyncio.gather(both, watch, return_exceptions=True)  # (OSError, asyncssh.Error: a side went)
                 w.close()
                 writer.close()
 

@@ -15,7 +15,7 @@ import asyncio
 import socket
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, WebSocket
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi import Path as FastPath
 from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
@@ -166,12 +166,21 @@ async def proxy_websocket(ws: WebSocket) -> None:
         sock.close()
         await ws.close(code=4502, reason=f"the app refused the socket: {exc}"[:120])
         return
+    cred = credentials(ws)
     async with upstream:
         await ws.accept(subprotocol=upstream.subprotocol)
-        await proxy.relay_websocket(ws, upstream, _touch(p, t.instance_id))
+        lost = await proxy.relay_websocket(ws, upstream, _touch(p, t.instance_id), service.lost(p, cred, t))
+    await _close(ws, lost)
+
+
+async def _close(ws: WebSocket, lost: DanluError | None) -> None:
+    """Closes the client's socket: normally, or with the right it lost (4000 + the REST status)."""
     try:
-        await ws.close()
-    except RuntimeError:
+        if lost is None:
+            await ws.close()
+        else:
+            await ws.close(code=protocol.close_code(lost), reason=f"{lost.code}: {lost.message}"[:120])
+    except (RuntimeError, WebSocketDisconnect):  # already closed by the client
         pass
 
 
@@ -188,10 +197,11 @@ async def tunnel(ws: WebSocket, instance_id: str, port: str) -> None:
     """One TCP connection to PORT inside the instance, its bytes as binary frames both ways."""
     p: Platform = ws.app.state.platform
     await ws.accept()
+    cred = credentials(ws)
     try:
         if not same_origin(ws):
             raise Forbidden("bad_origin", "a tunnel opens only from a client without an Origin or danlu's pages")
-        t, sock = await _reach(p, credentials(ws), instance_id, port)
+        t, sock = await _reach(p, cred, instance_id, port)
     except DanluError as exc:  # said by the close alone: any byte of a frame is the app's data
         await ws.close(code=protocol.close_code(exc), reason=f"{exc.code}: {exc.message}"[:120])
         return
@@ -213,14 +223,12 @@ async def tunnel(ws: WebSocket, instance_id: str, port: str) -> None:
         while data := await reader.read(proxy.CHUNK):
             await ws.send_bytes(data)
 
+    lost = None
     try:
-        await proxy.both_ways(up(), down())
+        lost = await proxy.both_ways(up(), down(), service.lost(p, cred, t))
     finally:
         writer.close()
-        try:
-            await ws.close()
-        except RuntimeError:
-            pass
+        await _close(ws, lost)
 
 
 class _Asgi:
