@@ -131,44 +131,49 @@ def _dialer(h: dict[str, Any]) -> _Dialer:
         return dialer
 
 
-def _ask_socket(h: dict[str, Any], reply: Callable[[socket.socket | OSError], None]) -> None:
-    """A socket in the run's namespace for ``reply``, at once from the pool where one is ready."""
+def _socket(h: dict[str, Any], reply: Callable[[socket.socket | OSError], None]) -> socket.socket | None:
+    """A socket in the run's namespace: one from the pool at once where one is ready (the usual
+    case, no thread involved), else None and the dialer gives ``reply`` one when it has made it."""
     dialer = _dialer(h)
     sock = dialer.take()
     if sock is not None:
-        reply(sock)
-        return
+        return sock
     with _dialers_lock:
         if dialer.alive:
             dialer.ask(reply)
-            return
-    _ask_socket(h, reply)  # it ended just now: a new one
+            return None
+    return _socket(h, reply)  # it ended just now: a new one
 
 
-def _refused(port: int) -> PortClosed:
-    return PortClosed(f"nothing listens on port {port} inside the instance (start your app on 127.0.0.1:{port})")
+def _made(result: socket.socket | OSError, port: int) -> socket.socket:
+    if isinstance(result, OSError):
+        raise EnterError(f"could not reach port {port} inside the instance: {result}")
+    return result
+
+
+def _not_reached(sock: socket.socket, port: int, exc: BaseException) -> EnterError:
+    """The error a failed connect to ``port`` is (the socket closed)."""
+    sock.close()
+    if isinstance(exc, ConnectionRefusedError):
+        return PortClosed(f"nothing listens on port {port} inside the instance (start your app on 127.0.0.1:{port})")
+    return EnterError(f"could not reach port {port} inside the instance: {exc or 'timed out'}")
 
 
 def connect(h: dict[str, Any], port: int) -> socket.socket:
     """A socket connected to 127.0.0.1:``port`` in the sandbox of the local run ``h`` (blocking:
     for a thread; the event loop has :func:`dial`)."""
     made: concurrent.futures.Future[socket.socket | OSError] = concurrent.futures.Future()
-    _ask_socket(h, made.set_result)
-    try:
-        sock = made.result(timeout=CONNECT_TIMEOUT_S)
-    except TimeoutError:
-        raise EnterError(f"could not reach port {port} inside the instance: no socket in time") from None
-    if isinstance(sock, OSError):
-        raise EnterError(f"could not reach port {port} inside the instance: {sock}")
+    sock = _socket(h, made.set_result)
+    if sock is None:
+        try:
+            sock = _made(made.result(timeout=CONNECT_TIMEOUT_S), port)
+        except TimeoutError:
+            raise EnterError(f"could not reach port {port} inside the instance: no socket in time") from None
     sock.settimeout(CONNECT_TIMEOUT_S)
     try:
         sock.connect(("127.0.0.1", port))
-    except ConnectionRefusedError:
-        sock.close()
-        raise _refused(port) from None
     except OSError as exc:
-        sock.close()
-        raise EnterError(f"could not reach port {port} inside the instance: {exc}") from exc
+        raise _not_reached(sock, port, exc) from None
     sock.settimeout(None)
     return sock
 
@@ -186,30 +191,18 @@ async def dial(h: dict[str, Any], port: int) -> socket.socket:
         else:
             made.set_result(result)
 
-    def reply(result: socket.socket | OSError) -> None:
+    def reply(result: socket.socket | OSError) -> None:  # from the dialer's thread
         try:
             loop.call_soon_threadsafe(settle, result)
         except RuntimeError:  # the loop has closed
             if isinstance(result, socket.socket):
                 result.close()
 
-    dialer = _dialer(h)
-    ready = dialer.take()  # on the loop, no thread: the usual case
-    if ready is not None:
-        settle(ready)
-    else:
-        _ask_socket(h, reply)
-    sock = await made
-    if isinstance(sock, OSError):
-        raise EnterError(f"could not reach port {port} inside the instance: {sock}")
+    sock = _socket(h, reply) or _made(await made, port)
     try:
         await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), CONNECT_TIMEOUT_S)
-    except ConnectionRefusedError:
-        sock.close()
-        raise _refused(port) from None
     except (OSError, TimeoutError) as exc:
-        sock.close()
-        raise EnterError(f"could not reach port {port} inside the instance: {exc or 'timed out'}") from exc
+        raise _not_reached(sock, port, exc) from None
     except BaseException:
         sock.close()
         raise
