@@ -202,3 +202,71 @@ def test_a_revoked_token_ends_open_proxied_sockets_and_tunnels(
             while True:
                 ws.recv(timeout=60)
         assert ws.close_code == 4401, (ws is tunnel, ws.close_code)  # invalid_token, as the REST API says it
+
+
+def test_a_link_opens_one_app_for_someone_without_an_account_until_revoked(
+    sbx: LiveServer,  # noqa: F811
+    app: tuple[httpx.Client, str],
+) -> None:
+    """`danlu port ID PORT --link`: whoever holds the URL reaches that app (a browser: the token
+    becomes a cookie for the app's path, taken out of the URL), nothing else; revoked, it is refused."""
+    c, iid = app
+    r = c.post(f"/instances/{iid}/ports/8888/links")
+    assert r.status_code == 201, r.text
+    made = r.json()
+    token = made["url"].split("danlu_link=", 1)[1]
+    assert made["url"] == f"{sbx.url}/p/{iid}/8888/?danlu_link={token}" and made["created_by"] == "ana"
+    assert c.get(f"/instances/{iid}/links").json() == [{k: made[k] for k in made if k != "url"}]
+    with httpx.Client(timeout=30, follow_redirects=True) as guest:  # no danlu credentials at all
+        page = guest.get(made["url"].replace("/?", "/lab?x=1&"))
+        assert page.status_code == 200, page.text
+        seen = page.json()
+        assert seen["target"] == "/lab?x=1"  # the token left the URL before the app saw it ...
+        assert "danlu_link" not in seen["headers"].get("cookie", "")  # ... and its cookie never reaches it
+        assert page.history[0].status_code == 303
+        kept = page.history[0].headers["set-cookie"]
+        assert f"Path=/p/{iid}/8888/" in kept and "HttpOnly" in kept and "SameSite=lax" in kept
+        assert guest.get(f"{sbx.url}/p/{iid}/8888/again").json()["target"] == "/again"  # by the cookie
+        with connect(f"ws://127.0.0.1:{sbx.port}/p/{iid}/8888/ws",
+                     additional_headers={"Cookie": f"danlu_link_{iid}_8888={token}"}) as ws:  # fmt: skip
+            assert ws.recv(timeout=30) == "opened:/ws"
+        # Nothing else: another port, the tunnel, the API, a shell.
+        other = guest.get(f"{sbx.url}/p/{iid}/8889/?danlu_link={token}")
+        assert other.status_code == 401 and other.json()["error"]["code"] == "invalid_link"
+        api = guest.get(f"{sbx.url}/api/v1/instances/{iid}", headers={"Authorization": f"Bearer {token}"})
+        assert api.status_code == 401
+        tunnel_url = f"ws://127.0.0.1:{sbx.port}/api/v1/instances/{iid}/ports/8888/tunnel"
+        with connect(tunnel_url, additional_headers={"Cookie": f"danlu_link_{iid}_8888={token}"}) as ws:
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
+            assert ws.close_code == 4401  # missing_token: a link is no credential for a tunnel
+        # Another renter can neither list, make nor revoke links of ana's instance.
+        with sbx.new_user("mallory") as m:
+            assert m.post(f"/instances/{iid}/ports/8888/links").status_code == 404
+            assert m.get(f"/instances/{iid}/links").status_code == 404
+            assert m.delete(f"/instances/{iid}/links/{made['id']}").status_code == 404
+        assert c.delete(f"/instances/{iid}/links/{made['id']}").status_code == 204
+        assert c.get(f"/instances/{iid}/links").json() == []
+        wait_for(lambda: guest.get(f"{sbx.url}/p/{iid}/8888/late").status_code == 401, timeout=60)  # 2 s decisions
+        again = c.delete(f"/instances/{iid}/links/{made['id']}")
+        assert again.status_code == 404 and again.json()["error"]["code"] == "link_not_found"
+
+
+def test_danlu_port_makes_lists_and_revokes_links(sbx: LiveServer, app: tuple[httpx.Client, str]) -> None:  # noqa: F811
+    import subprocess
+
+    from tests.cli.test_contract import DANLU
+
+    c, iid = app
+    env = {"DANLU_URL": sbx.url, "DANLU_TOKEN": token_of(c), "PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+
+    def danlu(*args: str) -> str:
+        done = subprocess.run([*DANLU, "port", iid, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    made = json.loads(danlu("8888", "--link", "--json"))
+    assert httpx.get(made["url"], follow_redirects=True, timeout=30).json()["target"] == "/"
+    assert "port 8888   by ana" in danlu("--links")
+    assert "revoked link" in danlu("--revoke", str(made["id"]))
+    assert "no links" in danlu("--links")

@@ -42,6 +42,7 @@ from danlu.db.models import (
     Job,
     LedgerEntry,
     LedgerTransaction,
+    PortLink,
     TeamMember,
     User,
     VoucherGrant,
@@ -58,6 +59,7 @@ FAKE_IDS = {
     "webhook_id": "987654321",
     "token_id": "987654321",
     "key_id": "987654321",
+    "link_id": "987654321",
 }
 # Path parameters that name no object, with a valid value: the refusal must be about the object.
 NOT_IDS = {"port": "8888"}
@@ -268,6 +270,8 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         assert key.status_code == 201, key.text
         named = a.post("/tokens", json={"name": "a-laptop"})  # A's named API token (issue 12)
         assert named.status_code == 201, named.text
+        link = a.post(f"/instances/{rid}/ports/8888/links")  # A's link to an app of hers (issue 25)
+        assert link.status_code == 201, link.text
         app = live.server.config.app
         assert isinstance(app, FastAPI)
         w = World(live=live, app=app, a=a, b=b, a_name="tenant-a", team="a-team")
@@ -281,6 +285,7 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "webhook_id": [str(hook.json()["id"])],
             "token_id": [str(named.json()["id"])],
             "key_id": [str(key.json()["id"])],
+            "link_id": [str(link.json()["id"])],
         }
         w.a_views = [
             "/instances",
@@ -304,6 +309,7 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             f"/holds/{hid}",
             "/webhooks",
             f"/webhooks/{hook.json()['id']}/deliveries",
+            f"/instances/{rid}/links",
         ]
         try:
             yield w
@@ -360,6 +366,10 @@ def db_state(live: LiveServer) -> dict[str, Any]:
             ],
             "api_tokens": [
                 (t.id, t.user_id, t.revoked_at_ms) for t in s.scalars(select(ApiToken).order_by(ApiToken.id))
+            ],
+            "port_links": [
+                (x.id, x.instance_id, x.port, x.revoked_at_ms)
+                for x in s.scalars(select(PortLink).order_by(PortLink.id))
             ],
             "transactions": len(s.scalars(select(LedgerTransaction.id)).all()),
             "entries": len(s.scalars(select(LedgerEntry.id)).all()),
@@ -476,7 +486,7 @@ def test_another_tenants_object_answers_404_and_changes_nothing(world: World) ->
         return None
 
     run_checked(world, calls, expect)
-    numbers = ("budget_id", "webhook_id", "token_id", "key_id")  # small numbers: found in any text
+    numbers = ("budget_id", "webhook_id", "token_id", "key_id", "link_id")  # small numbers: found in any text
     a_ids = {i for kind, ids in world.objects.items() if kind not in numbers for i in ids}
     for path in ("/instances?all=true", "/jobs", "/ledger?limit=1000", "/admin/sandboxes"):
         text = world.b.get(path).text

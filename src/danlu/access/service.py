@@ -21,7 +21,7 @@ from danlu.compute import views
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import Conflict, DanluError, Forbidden, NotFound, Unauthorized
-from danlu.db.models import Instance, Job, SshKey, User
+from danlu.db.models import Instance, Job, PortLink, SshKey, User
 
 RECHECK_S = 15.0  # a lost right ends an open session within this (the issue asks for a minute)
 # A proxied app's page makes many requests a second: each is checked, but a decision is reused for
@@ -39,6 +39,12 @@ class Credentials:
     bearer: str | None = None
     cookie: str | None = None
     ssh_key: str | None = None  # the SHA-256 fingerprint of the key an SSH client proved it holds
+    link: str | None = None  # a port link's token (danlu.access.links): that one port of that instance
+    port: int | None = None  # the port a link is presented for
+
+    def key(self) -> str:
+        """What the cache of decisions knows these credentials by (a hash: no token kept in clear)."""
+        return hash_token(f"{self.bearer}/{self.cookie}/{self.ssh_key}/{self.link}/{self.port}")
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,14 @@ def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -
     return handle
 
 
-def _user(s: Session, p: Platform, cred: Credentials) -> User:
+def _user(s: Session, p: Platform, cred: Credentials, object_id: str) -> User:
+    if cred.link is not None:  # the person who made the link, for that instance and port only
+        link = s.execute(select(PortLink).where(PortLink.token_hash == hash_token(cred.link))).scalar_one_or_none()
+        if link is None or link.revoked_at_ms is not None or link.instance_id != object_id or link.port != cred.port:
+            raise Unauthorized("invalid_link", "this link was revoked or is for another app; ask its owner for another")
+        maker = s.get(User, link.created_by)
+        assert maker is not None
+        return maker
     if cred.ssh_key is not None:
         row = s.execute(select(SshKey.user_id).where(SshKey.fingerprint == cred.ssh_key)).first()
         user = s.get(User, row.user_id) if row is not None else None
@@ -91,7 +104,7 @@ def target(p: Platform, cred: Credentials, instance_id: str) -> tuple[User, Targ
     """The caller and the instance, if the caller may manage it (its renter, or the team's owners
     and admins) and it is running. Another tenant's instance is ``instance_not_found``."""
     with p.db.read() as s:
-        user = _user(s, p, cred)
+        user = _user(s, p, cred, instance_id)
         t = _enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
         s.expunge(user)
         return user, t
@@ -101,7 +114,7 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
     """The caller and the job's current run, as :func:`target` (another tenant's job: ``job_not_found``;
     a job between runs: ``job_not_running``)."""
     with p.db.read() as s:
-        user = _user(s, p, cred)
+        user = _user(s, p, cred, job_id)
         job = s.get(Job, job_id) if len(job_id) <= 32 else None
         if job is None or not teams.may_see(s, user, job.user_id, job.billing_account_id):
             raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
@@ -116,7 +129,7 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
 def decided(cred: Credentials, kind: str, object_id: str) -> Target | None:
     """A decision of :func:`cached_target` still fresh, else None: no database, so the event loop
     asks it first and goes to a thread only to decide anew."""
-    key = (hash_token(f"{cred.bearer}/{cred.cookie}/{cred.ssh_key}"), kind, object_id)
+    key = (cred.key(), kind, object_id)
     with _decisions_lock:
         hit = _decisions.get(key)
     return hit[1] if hit is not None and hit[0] > time.monotonic() else None
@@ -129,7 +142,7 @@ def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> 
     if hit is not None:
         return hit
     _, t = (job_target if kind == "job" else target)(p, cred, object_id)
-    key = (hash_token(f"{cred.bearer}/{cred.cookie}/{cred.ssh_key}"), kind, object_id)
+    key = (cred.key(), kind, object_id)
     with _decisions_lock:
         if len(_decisions) > 10_000:
             _decisions.clear()

@@ -180,12 +180,41 @@ def _send_keys(ws: Any) -> None:
 def port(
     instance_id: str = typer.Argument(..., help="The running instance."),
     number: int = typer.Argument(None, help="The port your app listens on inside it (none: every listening port)."),
+    link: bool = typer.Option(False, "--link", help="Make a link to PORT's app for someone without an account."),
+    links: bool = typer.Option(False, "--links", help="List the instance's links still in force."),
+    revoke: int = typer.Option(None, "--revoke", metavar="LINK_ID", help="Revoke a link (its id from --links)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """The URL of a web app running in the instance (JupyterLab, TensorBoard …), through danlu: open
     it signed in to the console (or send your token). ``url`` takes danlu's prefix off the path;
-    ``absolute_url`` keeps it, for an app told its base URL (``jupyter lab --ServerApp.base_url=…``)."""
+    ``absolute_url`` keeps it, for an app told its base URL (``jupyter lab --ServerApp.base_url=…``).
+    ``--link`` makes a URL that opens that app (and nothing else) for whoever holds it, until
+    ``--revoke``; it is shown once."""
     client = Client()
+    if links or revoke is not None:
+        if revoke is not None:
+            client.delete(f"/instances/{instance_id}/links/{revoke}")
+            console.print(f"revoked link {revoke}: it is refused from now on, its open sockets end within 15 s")
+            return
+        found = client.get(f"/instances/{instance_id}/links")
+        if as_json:
+            print_json(found)
+            return
+        if not found:
+            console.print(f"no links to {instance_id}'s apps: make one with `danlu port {instance_id} PORT --link`")
+        for k in found:
+            console.print(f"{k['id']:>4}  port {k['port']:<5}  by {k['created_by']}", markup=False, highlight=False)
+        return
+    if link:
+        if number is None:
+            raise typer.BadParameter("say which port the link opens: danlu port ID PORT --link")
+        made = client.post(f"/instances/{instance_id}/ports/{number}/links")
+        if as_json:
+            print_json(made)
+            return
+        console.print(made["url"], markup=False, highlight=False)
+        console.print(f"(link {made['id']}: shown once; `danlu port {instance_id} --revoke {made['id']}` ends it)")
+        return
     if number is None:
         found = client.get(f"/instances/{instance_id}/ports")
         if as_json:

@@ -97,6 +97,20 @@ class SshKey(Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class PortLink(Base):
+    """A revocable link to one port of one instance through the port proxy (danlu.access.links):
+    whoever holds it reaches that app, nothing else. Only the token's SHA-256 is kept."""
+
+    __tablename__ = "port_links"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    port: Mapped[int] = mapped_column(Integer)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
 class WebSession(Base):
     """A signed-in browser (the console's session cookie holds a random value; this row its hash).
     ``csrf`` is the token every form of that session must carry."""

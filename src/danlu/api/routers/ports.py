@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import socket
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi import Path as FastPath
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from danlu.access import protocol, proxy, service, sessions
+from danlu.access import links, protocol, proxy, service, sessions
 from danlu.accounts.credentials import CONSOLE_COOKIE
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.routers.sessions import credentials, same_origin
@@ -85,6 +87,60 @@ def get_port(
     return port_out(str(request.base_url), t.instance_id, port)
 
 
+LinkIdPath = Annotated[int, FastPath(ge=1, le=2**31 - 1, description="a link's id (`danlu port ID --links`)")]
+
+
+class LinkOut(BaseModel):
+    id: int
+    instance_id: str
+    port: int
+    created_at_ms: int
+    created_by: str  # who made it: the link works while they may manage the instance
+
+
+class LinkMade(LinkOut):
+    url: str  # the app through danlu for whoever holds this URL (shown once: only its hash is kept)
+
+
+def _link_out(v: links.LinkView) -> LinkOut:
+    return LinkOut(id=v.id, instance_id=v.instance_id, port=v.port, created_at_ms=v.created_at_ms,
+                   created_by=v.created_by)  # fmt: skip
+
+
+@router.post("/{instance_id}/ports/{port}/links", response_model=LinkMade, status_code=201,
+             responses=errors(403, 404, 409))  # fmt: skip
+def make_link(
+    instance_id: InstanceIdPath, port: PortPath, p: PlatformDep, user: CurrentUser, request: Request
+) -> LinkMade:
+    """A link to PORT's app for someone without a danlu account (``danlu port ID PORT --link``):
+    that app only, while the instance runs, until revoked. The URL is shown once."""
+    view, token = links.create(p, user, instance_id, port)
+    url = f"{port_out(str(request.base_url), view.instance_id, port).url}?{links.PARAM}={token}"
+    return LinkMade(**_link_out(view).model_dump(), url=url)
+
+
+@router.get("/{instance_id}/links", response_model=list[LinkOut], responses=errors(403, 404))
+def list_links(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> list[LinkOut]:
+    """The instance's links still in force (their tokens are not kept, so not shown)."""
+    return [_link_out(v) for v in links.list_links(p, user, instance_id)]
+
+
+@router.delete("/{instance_id}/links/{link_id}", status_code=204, responses=errors(403, 404))
+def revoke_link(instance_id: InstanceIdPath, link_id: LinkIdPath, p: PlatformDep, user: CurrentUser) -> Response:
+    """Revokes a link: the next request with it is refused (within 2 s), its open sockets end (within 15 s)."""
+    links.revoke(p, user, instance_id, link_id)
+    return Response(status_code=204)
+
+
+def proxy_credentials(conn: HTTPConnection, instance_id: str, port: int) -> service.Credentials:
+    """A link (its cookie, or its query parameter on a page's first load) before anything else: it
+    was given for this app; else the bearer token or the console's cookie, as everywhere."""
+    token = conn.cookies.get(links.cookie_name(instance_id, port))
+    if token is None and conn.scope["type"] == "http" and conn.scope["method"] in ("GET", "HEAD"):
+        token = conn.query_params.get(links.PARAM)
+    return service.Credentials(link=token, port=port) if token else credentials(conn)
+
+
 async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_text: str) -> tuple[Any, socket.socket]:
     port = check_port(port_text)
     t = service.decided(cred, "instance", instance_id)  # on the loop: no thread while a decision is fresh
@@ -108,23 +164,44 @@ async def proxy_http(scope: Scope, receive: Receive, send: Send) -> None:
     request = Request(scope, receive)
     p: Platform = request.app.state.platform
     params = request.path_params
+    iid = params["instance_id"]
     try:
         if request.method not in ("GET", "HEAD", "OPTIONS") and not same_origin(request):
             raise Forbidden("bad_origin", "a request from a page of another site does not reach the app")
-        t, sock = await _reach(p, credentials(request), params["instance_id"], params["port"])
+        cred = proxy_credentials(request, iid, check_port(params["port"]))
+        if links.PARAM in request.query_params and cred.link == request.query_params[links.PARAM]:
+            await run_in_threadpool(service.cached_target, p, cred, "instance", iid)  # a bad link: refused here
+            await _keep_link(request, cred)(scope, receive, send)
+            return
+        t, sock = await _reach(p, cred, iid, params["port"])
     except DanluError as exc:
         await JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)(scope, receive, send)
         return
     # A page's polling (GET) is not a person: a notebook tab left open must not keep a rental alive.
     touch = _touch(p, t.instance_id) if request.method not in ("GET", "HEAD", "OPTIONS") else (lambda: None)
     try:
-        await proxy.forward_http(scope, receive, send, sock, (CONSOLE_COOKIE,), touch, _strip(scope, params))
+        drop = (CONSOLE_COOKIE, links.cookie_name(iid, int(params["port"])))  # never shown to the app
+        await proxy.forward_http(scope, receive, send, sock, drop, touch, _strip(scope, params))
     except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
         error = Conflict("port_closed", f"the app on port {params['port']} closed the connection: {exc}")
         try:
             await JSONResponse({"error": error.to_dict()}, status_code=502)(scope, receive, send)
         except RuntimeError:  # the response had begun: the client sees it cut short
             pass
+
+
+def _keep_link(request: Request, cred: service.Credentials) -> RedirectResponse:
+    """A link's first load: the same page without the token in its URL (no app, history or Referer
+    sees it), the token kept as a cookie for this app's path only."""
+    params = request.path_params
+    root = ABSOLUTE if request.url.path.startswith(ABSOLUTE + "/") else PREFIX
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != links.PARAM])
+    response = RedirectResponse(request.url.path + (f"?{query}" if query else ""), status_code=303)
+    assert cred.link is not None and cred.port is not None
+    response.set_cookie(links.cookie_name(params["instance_id"], cred.port), cred.link,
+                        path=f"{root}/{params['instance_id']}/{cred.port}/", httponly=True, samesite="lax",
+                        secure=request.url.scheme == "https")  # fmt: skip
+    return response
 
 
 def _strip(scope: Scope, params: dict[str, Any]) -> bytes:
@@ -147,7 +224,9 @@ async def proxy_websocket(ws: WebSocket) -> None:
     try:
         if not same_origin(ws):
             raise Forbidden("bad_origin", "a page of another site cannot open the app's sockets")
-        t, sock = await _reach(p, credentials(ws), ws.path_params["instance_id"], ws.path_params["port"])
+        iid = ws.path_params["instance_id"]
+        cred = proxy_credentials(ws, iid, check_port(ws.path_params["port"]))
+        t, sock = await _reach(p, cred, iid, ws.path_params["port"])
     except DanluError as exc:  # an HTTP answer to the upgrade, as the same request would get without it
         await _deny(ws, exc)
         return
@@ -155,7 +234,7 @@ async def proxy_websocket(ws: WebSocket) -> None:
     host = ws.headers.get("host", "localhost")
     strip = _strip(scope, ws.path_params)
     keep = (b"cookie", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-prefix", b"user-agent")
-    forwarded = proxy.request_headers(scope, (CONSOLE_COOKIE,), strip)
+    forwarded = proxy.request_headers(scope, (CONSOLE_COOKIE, links.cookie_name(iid, cred.port or 0)), strip)
     headers = [(n.decode(), v.decode(errors="replace")) for n, v in forwarded if n in keep]
     wanted = [s.strip() for s in ws.headers.get("sec-websocket-protocol", "").split(",") if s.strip()]
     uri = f"ws://{host}{proxy.target_of(scope, strip).decode(errors='replace')}"
@@ -166,7 +245,6 @@ async def proxy_websocket(ws: WebSocket) -> None:
         sock.close()
         await ws.close(code=4502, reason=f"the app refused the socket: {exc}"[:120])
         return
-    cred = credentials(ws)
     async with upstream:
         await ws.accept(subprotocol=upstream.subprotocol)
         lost = await proxy.relay_websocket(ws, upstream, _touch(p, t.instance_id), service.lost(p, cred, t))
