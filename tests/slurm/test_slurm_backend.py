@@ -430,3 +430,77 @@ def test_gpus_the_clusters_own_jobs_hold_are_neither_offered_nor_claimed(slurm_l
         finally:
             backend.cli.run("scancel", other, check=False)
         wait_for(lambda: a100()["free"] == 3)  # gone: offered again (1 is our own rental)
+
+
+def test_sessions_and_ports_reach_a_run_on_its_slurm_node(slurm_live: LiveServer) -> None:
+    """Issue 25 on Slurm: exec, a shell with a terminal and a published port reach the run's sandbox on
+    its node through ``srun --overlap`` (the node runner's module there), not the server's host."""
+    from tests.access.session_client import Session, run
+    from tests.access.test_ports import APP
+    from tests.access.test_sessions import token_of
+
+    p = slurm_live.platform
+    with slurm_live.new_user("sid") as c:
+        r = c.post("/instances", json={"gpu_model": "A100-80GB", "command": ["python3", "-c", APP, "8888"]})
+        assert r.status_code == 201, r.text
+        iid, token = r.json()["id"], token_of(c)
+        job = job_of(c, iid)
+        listed = lambda: [x["port"] for x in c.get(f"/instances/{iid}/ports").json().get("listening", [])]  # noqa: E731
+        wait_for(lambda: listed() == [8888], timeout=60)  # read inside its namespace on the node
+
+        script = "echo in=$SLURM_JOB_ID:$HOME:$(id -u):$(head -c4 /proc/1/cmdline); echo e >&2; exit 7"
+        s = run(slurm_live, token, iid, ["sh", "-c", script])
+        assert s.status == {"exit_code": 7}
+        # Inside the sandbox on the node (the run's environment and PID namespace, the renter's uid),
+        # not in Slurm's step (whose environment has SLURM_JOB_ID).
+        empty, home, uid, init = s.out.decode().strip().removeprefix("in=").split(":")
+        assert (empty, home, init) == ("", "/workspace", "bwra"), s.out
+        assert int(uid) >= p.settings.sandbox_uid_first
+        assert s.err.decode() == "e\n"  # srun adds nothing of its own
+
+        sh = Session(slurm_live, token, iid, ["/bin/bash", "--norc", "-i"], tty="true", cols=100, rows=40)
+        sh.type("echo size=$(stty size) tty=$([ -t 0 ] && echo yes)\r")
+        sh.read_until(b"size=40 100 tty=yes")
+        sh.resize(132, 50)
+        sh.type("echo now=$(stty size)\r")
+        sh.read_until(b"now=50 132")
+        sh.type("(echo running-$((40+2)); exec sleep 1000)\r")
+        sh.read_until(b"running-42")
+        sh.send(b"\x03")
+        sh.type("echo after-sleep=$?\r")
+        sh.read_until(b"after-sleep=130")
+        sh.type("exit 3\r")
+        assert sh.finish() == {"exit_code": 3}
+
+        body = httpx.get(f"{slurm_live.url}/p/{iid}/8888/on/slurm", headers={"Authorization": f"Bearer {token}"})
+        assert body.status_code == 200, body.text
+        assert body.json()["target"] == "/on/slurm"
+        closed = httpx.get(f"{slurm_live.url}/p/{iid}/8899/", headers={"Authorization": f"Bearer {token}"})
+        assert closed.status_code == 409 and closed.json()["error"]["code"] == "port_closed", closed.text
+
+        # A dropped shell's processes end (its srun step with them); the rental runs on.
+        held = Session(slurm_live, token, iid, ["sh", "-c", "echo held; exec sleep 777"])
+        held.read_until(b"held")
+        held.drop()
+        wait_for(lambda: b"sleep\x00777" not in _cmdlines(), timeout=120)
+        assert c.get(f"/instances/{iid}").json()["status"] == "running"
+
+        open_one = Session(slurm_live, token, iid, ["sh", "-c", "echo up; exec sleep 3000"])
+        open_one.read_until(b"up")
+        assert c.post(f"/instances/{iid}/stop").status_code == 200
+        status = open_one.finish(timeout=90)
+        assert "exit_code" in status and status["exit_code"] != 0  # ended with its sandbox
+        wait_for(lambda: c.get(f"/instances/{iid}").json()["status"] == "stopped")
+        late = run(slurm_live, token, iid, ["true"])
+        assert late.status is not None and late.status["error"]["code"] == "instance_not_running"
+        assert slurm_job(p, job).state != "RUNNING"
+
+
+def _cmdlines() -> bytes:
+    out = b""
+    for proc in Path("/proc").iterdir():
+        try:
+            out += (proc / "cmdline").read_bytes() + b"\n"
+        except OSError:
+            continue
+    return out

@@ -187,6 +187,9 @@ class EnterRequest:
     env: dict[str, str]
     stdio: tuple[int, int, int]
     tty: bool = False
+    # Ends (SIGKILL) when the process that asked ends: a Slurm node's session, whose asker is the
+    # step Slurm kills when the server's srun goes (not the server's, whose threads come and go).
+    die_with_parent: bool = False
 
 
 class Backend(Protocol):

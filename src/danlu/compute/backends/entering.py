@@ -53,6 +53,8 @@ def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) 
     spec = {"init": init.pid, "init_ticks": ticks, "uid": uid, "keyring": sb.keyring, "cwd": "/workspace"}
     spec |= {"argv": request.command, "env": request.env, "tty": request.tty, "block_fd": block_r}
     spec["rlimits"] = _rlimits(h, sb)
+    if request.die_with_parent:
+        spec["parent"] = os.getpid()
     # The spec (the renter's environment: secrets) goes through a memfd, never the command line,
     # which every local user can read in /proc (as a run's bubblewrap arguments do, spawn.py).
     spec_fd = os.memfd_create("danlu-enter", 0)

@@ -19,6 +19,7 @@ seconds (``SLURM_TIME_FORMAT=%s``), so the billed seconds are Slurm's elapsed se
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -27,8 +28,10 @@ import re
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
+import tty
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +50,9 @@ from danlu.compute.backends.base import (
     run_file,
     spec_to_json,
 )
+from danlu.compute.backends.netns import PortClosed
 from danlu.compute.gpus import DiscoveredGpu
+from danlu.compute.sandbox.helpers import helper
 from danlu.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -266,6 +271,17 @@ class SlurmGpus:
     count: int
 
 
+def _line(sock: socket.socket, limit: int = 4096) -> bytes:
+    """The rest of one status line from the node (up to ``limit`` bytes)."""
+    out = b""
+    while len(out) < limit and not out.endswith(b"\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
 def parse_sinfo_gres(out: str) -> list[SlurmGpus]:
     """``sinfo -h -N -o '%N|%G'`` → every node's GPU GRES (``gpu:a100:4``, ``gpu:a100:4(S:0)``,
     several types comma-separated). A node listed once per partition is counted once."""
@@ -386,19 +402,96 @@ class SlurmBackend:
         finally:
             self._done_launching(h["run"])
 
+    # -- sessions: srun --overlap into the job, the node runner's own module there ---------------
+    def _srun(self, h: dict[str, Any], opts: Sequence[str], what: str, *args: str) -> list[str]:
+        """``srun`` of one more step in the run's job beside the batch step (``--overlap``: no
+        resources of its own), running the node runner's module on the job's node. ``-QQ``: srun
+        says nothing of its own, so a session's stderr is the command's alone (an exit code is not
+        an error line)."""
+        spec = self._file(h, "spec.json")
+        node = [self.config.python, "-m", "danlu.compute.backends.slurm_node"]
+        return ["srun", "--overlap", f"--jobid={h['job']}", "-N1", "-n1", "-QQ", *opts, *node, what, str(spec), *args]
+
+    def _entered(self, h: dict[str, Any]) -> None:
+        if not self._file(h, "local").exists():  # the runner writes it once the run is in its sandbox
+            raise EnterError("the run is not running on its node (yet, or any more)")
+
     def enter(self, handle: str, request: EnterRequest) -> subprocess.Popen[bytes]:
-        """Not yet: a session would reach the node with ``srun --overlap --jobid`` and join the node
-        runner's sandbox as the local backend does (docs/access.md says what is left)."""
-        raise EnterError("sessions (exec, shell) into runs on Slurm nodes are not available yet")
+        """``request`` in the run's sandbox on its node: srun runs the node runner's ``enter``, which
+        joins the sandbox as the local backend does. The request (the renter's environment) travels
+        in srun's environment, exported to that step only; a terminal is srun's ``--pty``, made the
+        controlling terminal of srun here so a resize reaches it (SIGWINCH) and goes on to the node."""
+        h = json.loads(handle)
+        self._entered(h)
+        env = {**self.cli.env, "DANLU_ENTER": json.dumps({"argv": request.command, "env": request.env,
+                                                          "tty": request.tty})}  # fmt: skip
+        args = self._srun(h, ["--export=DANLU_ENTER", "--pty" if request.tty else "-u"], "enter")
+        if request.tty:  # raw from the start: srun makes it raw once started, and keys typed before
+            tty.setraw(request.stdio[0], termios.TCSANOW)  # must not be echoed here a second time
+            args = [helper("setsid") or "setsid", "--ctty", *args]
+        try:
+            return subprocess.Popen(
+                args,
+                stdin=request.stdio[0],
+                stdout=request.stdio[1],
+                stderr=request.stdio[2],
+                env=env,
+                cwd="/",
+                start_new_session=not request.tty,
+            )
+        except OSError as exc:
+            raise EnterError(f"could not start srun: {exc.strerror}") from exc
 
     def connect(self, handle: str, port: int) -> socket.socket:
-        raise EnterError("ports of runs on Slurm nodes are not reachable yet")
+        """A connection to ``port`` on the run's loopback, made inside its namespace on the node and
+        carried by one srun step's stdin and stdout (a socket pair here); the step ends with it."""
+        h = json.loads(handle)
+        self._entered(h)
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                self._srun(h, ["-u"], "connect", str(port)),
+                stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=subprocess.PIPE, env=self.cli.env, cwd="/",
+                start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            ours.close()
+            raise EnterError(f"could not start srun: {exc.strerror}") from exc
+        finally:
+            theirs.close()
+        threading.Thread(target=proc.communicate, daemon=True).start()  # reaps it when the step ends
+        ours.settimeout(self.config.command_timeout_s)
+        try:
+            first = ours.recv(1)
+            status = b"" if first in (b"", b"+") else first + _line(ours)
+        except OSError as exc:
+            ours.close()
+            proc.kill()
+            raise EnterError(f"the run's node did not answer: {exc}") from exc
+        if first != b"+":
+            ours.close()
+            code, _, message = status.decode(errors="replace").strip().lstrip("-").partition(" ")
+            if code == "port_closed":
+                raise PortClosed(message)
+            raise EnterError(message or "the run's node could not be reached (srun failed)")
+        ours.settimeout(None)
+        return ours
 
     async def dial(self, handle: str, port: int) -> socket.socket:
-        return self.connect(handle, port)
+        return await asyncio.to_thread(self.connect, handle, port)
 
     def listening(self, handle: str) -> list[int]:
-        return []
+        h = json.loads(handle)
+        if not self._file(h, "local").exists():
+            return []
+        try:
+            out = self.cli.run(*self._srun(h, [], "listening"))
+        except (SlurmUnreachable, subprocess.CalledProcessError):
+            return []
+        try:
+            return [int(p) for p in json.loads(out)]
+        except (ValueError, TypeError):
+            return []
 
     def ref(self, handle: str) -> str:
         return f"slurm:{json.loads(handle)['job']}"

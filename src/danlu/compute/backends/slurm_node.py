@@ -6,19 +6,38 @@ seconds for the server's telemetry, and exits with the command's exit code, whic
 
 The GPUs are the ones Slurm gave the job: with real GPUs the sandbox gets ``/dev/nvidiaN`` for each
 index in ``SLURM_JOB_GPUS``; simulated ones keep their platform-made device files.
+
+The runner keeps its local handle beside the spec (``RUN.local``, 0600) while the run lives, so a
+session reaches the run from the server with ``srun --overlap --jobid=JOB`` running this module again
+on the node (danlu.compute.backends.slurm says how):
+
+- ``enter SPEC``: the request (``DANLU_ENTER``, JSON, from srun's environment: never a command line)
+  started in the run's sandbox exactly as on a local host; with a terminal, a pty of its own for the
+  command, relayed to the one srun --pty gave this process, window size included.
+- ``connect SPEC PORT``: one TCP connection to the run's own PORT inside its network namespace,
+  relayed to stdin/stdout after one status line (``+`` reached, ``-CODE MESSAGE`` not).
+- ``listening SPEC``: the listening ports, as JSON.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import select
 import signal
+import socket
+import subprocess
 import sys
+import termios
+import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
-from danlu.compute.backends.base import Device, RunSpec, spec_from_json
+from danlu.compute.backends.base import Device, EnterError, EnterRequest, RunSpec, spec_from_json
 
 USAGE_EVERY_S = 5.0
 NVIDIA_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
@@ -49,6 +68,11 @@ def main(argv: list[str]) -> int:
     # concurrent runner had just created, before it attached (its rental exited with code 1 at once)
     backend.sweeps = False
     handle = backend.launch(spec)
+    local = spec_path.with_name(f"{spec.run_id}.local")
+    tmp = local.with_suffix(".local.tmp")
+    tmp.write_text(handle)
+    os.chmod(tmp, 0o600)
+    tmp.replace(local)
     terminated = False
 
     def on_term(signum: int, frame: object) -> None:
@@ -72,11 +96,130 @@ def main(argv: list[str]) -> int:
                 tmp.replace(usage_path)
             next_usage = time.monotonic() + USAGE_EVERY_S
         time.sleep(0.2)
+    local.unlink(missing_ok=True)
     backend.release(handle)
     if state.kind == "exited" and state.code is not None:
         return state.code
     return 143 if terminated else 137
 
 
+def _local(spec_path: Path) -> tuple[dict[str, Any], str]:
+    """The spec the runner was given and its local handle (the run must still be running)."""
+    node = json.loads(spec_path.read_text())
+    try:
+        return node, spec_path.with_name(f"{node['spec']['run_id']}.local").read_text()
+    except FileNotFoundError:
+        raise EnterError("the run has ended") from None
+
+
+def enter_main(spec_path: Path) -> int:
+    from danlu.compute.sandbox.probe import make_local_backend
+
+    ask = json.loads(os.environ.pop("DANLU_ENTER"))
+    try:
+        node, handle = _local(spec_path)
+        backend, _ = make_local_backend(Path(node["data_dir"]), no_sandbox=not node["sandboxed"])
+        backend.sweeps = False
+        if not ask["tty"]:
+            proc = backend.enter(handle, EnterRequest(ask["argv"], ask["env"], (0, 1, 2), die_with_parent=True))
+            for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda s, _f: proc.send_signal(s))
+            return proc.wait()
+        master, slave = pty.openpty()
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
+        except OSError:
+            pass
+        try:
+            proc = backend.enter(handle, EnterRequest(ask["argv"], ask["env"], (slave,) * 3, True, True))
+        finally:
+            os.close(slave)
+    except EnterError as exc:
+        os.write(2, f"danlu: cannot enter the run: {exc}\r\n".encode())
+        return 125
+    return _relay_terminal(proc, master)
+
+
+def _relay_terminal(proc: subprocess.Popen[bytes], master: int) -> int:
+    """srun's terminal (fd 0/1, raw: every key goes through as a byte) <-> the command's pty."""
+    import tty
+
+    def resized(_s: int, _f: object) -> None:
+        try:
+            fcntl.ioctl(master, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGWINCH, resized)
+    signal.signal(signal.SIGHUP, lambda _s, _f: proc.send_signal(signal.SIGHUP))
+    try:
+        tty.setraw(0, termios.TCSANOW)  # not the default TCSAFLUSH: keys typed already must stay
+    except termios.error:
+        pass
+    fds = [0, master]
+    while True:
+        try:
+            ready, _, _ = select.select(fds, [], [])
+        except InterruptedError:
+            continue
+        if master in ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the command and everything it started closed the terminal
+                break
+            if not data:
+                break
+            os.write(1, data)
+        if 0 in ready:
+            data = os.read(0, 65536)
+            if not data:  # the client is gone: hang up, as a terminal does
+                fds.remove(0)
+                proc.send_signal(signal.SIGHUP)
+                continue
+            os.write(master, data)
+    return proc.wait()
+
+
+def connect_main(spec_path: Path, port: int) -> int:
+    from danlu.compute.backends import netns
+
+    try:
+        _, handle = _local(spec_path)
+        sock = netns.connect(json.loads(handle), port)
+    except EnterError as exc:
+        code = "port_closed" if isinstance(exc, netns.PortClosed) else "enter"
+        os.write(1, f"-{code} {exc}\n".encode())
+        return 0
+    os.write(1, b"+")
+
+    def inward() -> None:
+        while data := os.read(0, 65536):
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=inward, daemon=True).start()
+    while data := sock.recv(65536):
+        os.write(1, data)
+    return 0
+
+
+def listening_main(spec_path: Path) -> int:
+    from danlu.compute.backends import netns
+
+    try:
+        _, handle = _local(spec_path)
+        ports = netns.listening(json.loads(handle))
+    except EnterError:
+        ports = []
+    print(json.dumps(ports))
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "enter":
+        sys.exit(enter_main(Path(sys.argv[2])))
+    if sys.argv[1] == "connect":
+        sys.exit(connect_main(Path(sys.argv[2]), int(sys.argv[3])))
+    if sys.argv[1] == "listening":
+        sys.exit(listening_main(Path(sys.argv[2])))
     sys.exit(main(sys.argv))

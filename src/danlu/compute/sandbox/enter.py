@@ -99,6 +99,10 @@ def main() -> None:
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # from root to a plain uid: every host capability is dropped here
+    if spec.get("parent"):  # a Slurm node's session: it ends with the process Slurm runs for it
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # (after setresuid, which clears it)
+        if os.getppid() != int(spec["parent"]):
+            os._exit(125)
     if spec.get("keyring") and os.uname().machine in SYS_KEYCTL:
         libc.syscall(SYS_KEYCTL[os.uname().machine], KEYCTL_JOIN_SESSION_KEYRING, None)
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
