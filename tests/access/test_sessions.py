@@ -69,9 +69,10 @@ def test_a_shell_has_a_terminal_with_resize_and_ctrl_c(sbx: LiveServer, renter: 
     c, iid = renter
     assert sbx.platform.activity.last(iid) is None  # an open terminal is not use; typing is
     s = Session(sbx, token_of(c), iid, ["/bin/bash", "--norc", "-i"], tty="true", cols=100, rows=40)
-    s.type("echo size=$(stty size) tty=$([ -t 0 ] && echo yes)\r")
+    s.type("echo size=$(stty size) tty=$([ -t 0 ] && echo yes) name=$(tty)\r")
     out = s.read_until(b"size=40 100").decode()
-    assert re.search(r"size=40 100 tty=yes", out), out
+    # A terminal the sandbox can name (its own devpts): tmux, screen and `tty` need one.
+    assert re.search(r"size=40 100 tty=yes name=/dev/pts/\d+", out), out
     seen = sbx.platform.activity.last(iid)
     assert seen is not None and seen.kind == "keystrokes"
     assert c.get(f"/instances/{iid}").json()["last_used_by"] == "keystrokes"
@@ -90,6 +91,23 @@ def test_a_shell_has_a_terminal_with_resize_and_ctrl_c(sbx: LiveServer, renter: 
     s.type("printf '\\344\\270\\255\\346\\226\\207\\n'; exit 3\r")  # UTF-8 passes through unchanged
     assert s.finish() == {"exit_code": 3}
     assert "中文" in s.out.decode()
+
+
+def test_a_10_mb_paste_into_a_terminal_neither_blocks_nor_is_lost(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    command = ["sh", "-c", "stty raw -echo; echo reading; head -c 10000000 | wc -c; echo done-$((6*7))"]
+    s = Session(sbx, token_of(c), iid, command, tty="true")
+    s.read_until(b"reading")
+    chunk = b"x" * 65536
+    for _ in range(10_000_000 // len(chunk)):
+        s.send(chunk)
+    s.send(b"x" * (10_000_000 % len(chunk)))
+    out = s.read_until(b"done-42", timeout=120).decode()
+    assert "10000000" in out, out
+    assert s.finish() == {"exit_code": 0}
 
 
 def test_another_renters_instance_is_not_found(sbx: LiveServer, renter: tuple[httpx.Client, str]) -> None:  # noqa: F811
