@@ -52,6 +52,29 @@ def test_a_terminal_in_the_browser_and_a_web_app_through_the_proxy(site: LiveSer
     page.goto(f"{site.url}/p/{iid}/8765/")
     expect(page.locator("h1")).to_contain_text("Directory listing for /")  # the app, through danlu
 
+    # A link for someone without an account: that app only, until revoked.
+    page.goto(f"{site.url}/instances/{iid}")
+    page.locator("#share-8765").click()
+    url = page.locator("#new-link").inner_text()
+    assert url.startswith(f"{site.url}/p/{iid}/8765/?danlu_link=dlk_"), url
+    guest = chromium.new_context(locale="en-US").new_page()  # type: ignore[attr-defined]
+    guest.goto(url)
+    expect(guest.locator("h1")).to_contain_text("Directory listing for /")
+    assert "danlu_link" not in guest.url  # the token left the address bar (kept as a cookie)
+    assert guest.goto(f"{site.url}/api/v1/instances/{iid}").status == 401  # no credential for the API
+    assert guest.goto(f"{site.url}/p/{iid}/8766/").status == 401  # nor for another port
+    page.goto(f"{site.url}/instances/{iid}")
+    page.locator("#links button.danger").first.click()
+    expect(page.locator(".flash.ok")).to_contain_text("Link revoked")
+    expect(page.locator("#links")).to_have_count(0)
+    refused = None
+    for _ in range(30):  # a decision is cached for 2 s
+        refused = guest.goto(f"{site.url}/p/{iid}/8765/")
+        if refused is not None and refused.status == 401:
+            break
+        guest.wait_for_timeout(500)
+    assert refused is not None and refused.status == 401
+
     with site.new_user("mallory") as m:
         assert m.get(f"/instances/{iid}/ports").status_code == 404
     set_password(site, "mallory", "mallory-password-1")

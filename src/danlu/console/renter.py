@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Path, Query
 from fastapi.responses import RedirectResponse, Response
 
+from danlu.access import links
 from danlu.access import service as access
 from danlu.accounts import credentials
 from danlu.advisor.workload import PRECISIONS, TASKS
@@ -22,6 +23,7 @@ from danlu.api.routers import advice as advice_api
 from danlu.api.routers import instances as instances_api
 from danlu.api.routers import invoices as invoices_api
 from danlu.api.routers import jobs as jobs_api
+from danlu.api.routers import ports as ports_api
 from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import vouchers as vouchers_api
 from danlu.api.schemas import BalanceOut, InstanceOut, LedgerLineOut, OfferOut, RentRequest
@@ -44,7 +46,7 @@ from danlu.console.web import (
     validated,
     with_flash,
 )
-from danlu.core.errors import DanluError, InvalidInput, NotFound
+from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.core.money import format_minor, parse_amount
 from danlu.scheduling import jobs as jobs_svc
 
@@ -194,11 +196,33 @@ def instances(ctx: Page) -> Response:
 
 @router.get("/instances/{instance_id}")
 def instance(ctx: Page, instance_id: str) -> Response:
+    return _instance_page(ctx, instance_id)
+
+
+def _instance_page(ctx: Page, instance_id: str, new_link: tuple[links.LinkView, str] | None = None) -> Response:
     out = instances_api.show(_checked_id(instance_id), ctx.platform, ctx.me)
     events = instances_api.events(out.id, ctx.platform, ctx.me)
     cost = invoices_api.instance_cost(ctx.platform, ctx.me, out.id)  # `danlu cost ID`: line by line
     ports = access.ports_of(ctx.platform, ctx.me, out.id)  # the renter's web apps (docs/access.md)
-    return ctx.render("instance.html", i=out, events=events, cost=cost, ports=ports)
+    try:
+        shared = links.list_links(ctx.platform, ctx.me, out.id)
+    except Forbidden:  # a team member who may see it but not manage it: no links
+        shared = []
+    return ctx.render("instance.html", i=out, events=events, cost=cost, ports=ports, links=shared, new_link=new_link)
+
+
+@router.post("/instances/{instance_id}/ports/{port}/links")
+def make_link(ctx: Post, instance_id: str, port: Annotated[int, Path(ge=1, le=65535)]) -> Response:
+    """`danlu port ID PORT --link`: rendered, not redirected, as a new token is: the URL is shown once."""
+    view, token = links.create(ctx.platform, ctx.me, _checked_id(instance_id), port)
+    url = f"{ports_api.port_out(str(ctx.request.base_url), view.instance_id, port).url}?{links.PARAM}={token}"
+    return _instance_page(ctx, instance_id, (view, url))
+
+
+@router.post("/instances/{instance_id}/links/{link_id}/revoke")
+def revoke_link(ctx: Post, instance_id: str, link_id: Annotated[int, Path(ge=1, le=2**31 - 1)]) -> Response:
+    links.revoke(ctx.platform, ctx.me, _checked_id(instance_id), link_id)
+    return with_flash(back(f"/instances/{instance_id}"), "ok", ctx._("Link revoked: it opens nothing from now on."))
 
 
 @router.get("/instances/{instance_id}/terminal")
