@@ -182,7 +182,7 @@ def relay(child: int, master: int) -> int:
         want_r += [master] if inner and len(outward) < LIMIT else []
         want_w = ([master] if inward and inner else []) + ([1] if outward and host else [])
         try:
-            ready_r, ready_w, _ = select.select(want_r, want_w, [])
+            ready_r, _, _ = select.select(want_r, want_w, [])
         except InterruptedError:
             continue
         if wake_r in ready_r:
@@ -195,9 +195,10 @@ def relay(child: int, master: int) -> int:
         if 0 in ready_r and not _pump(0, inward):
             host = False
             _pass_on(child, signal.SIGHUP)
-        if master in ready_w:
+        # Written at once (a keystroke's echo goes out in this pass, not the next select's).
+        if inward and inner:
             inner = _flush(master, inward)
-        if 1 in ready_w:
+        if outward and host:
             host = _flush(1, outward)
     # The command exited (its wait status is returned).
     # What it printed last is still in the sandbox's pty; up to 1 MiB of it goes out.
