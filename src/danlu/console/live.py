@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from danlu.api.schemas import InstanceOut
 from danlu.compute import views
 from danlu.console.web import ConsoleRoute, Ctx, Page, page
+from danlu.core.errors import DanluError
 from danlu.scheduling import jobs as jobs_svc
 
 router = APIRouter(prefix="/live", route_class=ConsoleRoute, include_in_schema=False)
@@ -41,17 +42,20 @@ async def _until_gone(request: Request, ticks: Callable[[], AsyncIterator[str]])
     """Runs ``ticks`` while the browser is connected and the session is live (checked each minute)."""
     loop = asyncio.get_running_loop()
     checked = loop.time()
-    async for chunk in ticks():
-        if await request.is_disconnected():
-            return
-        if loop.time() - checked > RECHECK_S:
-            try:
-                await run_in_threadpool(page, request)
-            except Exception:
-                yield _event({"signed_out": True}, "end")
+    try:
+        async for chunk in ticks():
+            if await request.is_disconnected():
                 return
-            checked = loop.time()
-        yield chunk
+            if loop.time() - checked > RECHECK_S:
+                try:
+                    await run_in_threadpool(page, request)
+                except Exception:
+                    yield _event({"signed_out": True}, "end")
+                    return
+                checked = loop.time()
+            yield chunk
+    except DanluError:  # no longer theirs to read (a member removed from the team): ended, not a traceback
+        yield _event({"gone": True}, "end")
 
 
 def _instances_snapshot(ctx: Ctx) -> list[dict[str, str]]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
-from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.deps import CurrentUser, PlatformDep, get_current_user
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas import (
     EventOut,
@@ -27,6 +28,7 @@ from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
 from danlu.context import Platform
 from danlu.core.clock import iso
+from danlu.core.errors import DanluError
 from danlu.telemetry import efficiency
 from danlu.telemetry.limits import resolve as resolve_limits
 
@@ -92,6 +94,27 @@ def _listing_json(p: Platform, user: CurrentUser, include_destroyed: bool) -> by
 
 
 SSE = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+RECHECK_S = 15.0  # an open stream's credentials are checked again this often (as open sessions are)
+
+
+async def _while_allowed(request: Request, ticks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``ticks`` while the client is connected and its token still signs it in (checked every
+    :data:`RECHECK_S`: a revoked or rotated token, a suspension end the stream), and while it may
+    still read what it streams (a member removed from the team). Either way the stream ends with one
+    ``event: error`` whose data is the error a new request would get, not with a traceback."""
+    loop = asyncio.get_running_loop()
+    checked = loop.time()
+    try:
+        async for chunk in ticks:
+            if await request.is_disconnected():
+                return
+            if loop.time() - checked >= RECHECK_S:
+                await get_current_user(request)
+                checked = loop.time()
+            if chunk:
+                yield chunk
+    except DanluError as exc:
+        yield f"event: error\ndata: {json.dumps({'error': exc.to_dict()})}\n\n"
 STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}
 }
@@ -114,18 +137,18 @@ async def stream(p: PlatformDep, user: CurrentUser, request: Request) -> Streami
 
     async def events() -> AsyncIterator[str]:
         last, quiet = b"", 0
-        while not await request.is_disconnected():
+        while True:
             body = await run_in_threadpool(_listing_json, p, user, False)
             if body != last:
                 last, quiet = body, 0
                 yield f"data: {body.decode()}\n\n"
             else:
                 quiet += 1
-                if quiet % 15 == 0:
-                    yield ": keep-alive\n\n"
+                # "": a tick with nothing to send, so the rights are still checked on time
+                yield ": keep-alive\n\n" if quiet % 15 == 0 else ""
             await asyncio.sleep(1.0)
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE)
+    return StreamingResponse(_while_allowed(request, events()), media_type="text/event-stream", headers=SSE)
 
 
 @router.get("/{instance_id}/logs/stream", response_class=StreamingResponse, responses={**STREAM_DOC, **_ID})
@@ -138,18 +161,17 @@ async def stream_logs(
 
     async def events() -> AsyncIterator[str]:
         at, quiet = offset, 0
-        while not await request.is_disconnected():
+        while True:
             text, at = await run_in_threadpool(views.read_log, p, user, instance_id, at)
             if text:
                 quiet = 0
                 yield "data: " + LogChunk(text=text, next_offset=at).model_dump_json() + "\n\n"
             else:
                 quiet += 1
-                if quiet % 30 == 0:
-                    yield ": keep-alive\n\n"
+                yield ": keep-alive\n\n" if quiet % 30 == 0 else ""
             await asyncio.sleep(0.5)
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE)
+    return StreamingResponse(_while_allowed(request, events()), media_type="text/event-stream", headers=SSE)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses=_ID)
