@@ -18,7 +18,7 @@ from danlu.core.clock import FakeClock
 from danlu.core.errors import InvalidInput, NotFound
 from danlu.db.engine import open_database
 from danlu.db.models import Event, User, WebhookDelivery
-from danlu.notify import webhooks
+from danlu.notify import signing, webhooks
 from danlu.notify.signing import MAX_ATTEMPTS, next_retry_s, verify
 from tests.billing.test_metering import renter
 
@@ -222,3 +222,30 @@ def test_a_renters_url_never_reaches_this_machine_by_its_own_public_address(
         webhooks.add(platform, ann, "http://93.184.216.34:9090/metrics")
     assert e.value.code == "webhook_address_not_allowed" and "this machine" in e.value.message
     assert webhooks.add(platform, ann, "https://8.8.8.8/hook").id  # another public address
+
+
+# IPv6 forms that carry an IPv4 address inside (issue 28, finding 1): Python's is_global calls
+# them public, and a NAT64, 6to4, Teredo or SIIT gateway on the path delivers them to that IPv4.
+EMBEDDED = {
+    "::127.0.0.1": "IPv4-compatible (::/96)",
+    "::a9fe:a9fe": "IPv4-compatible, the metadata address",
+    "2002:7f00:1::": "6to4 of 127.0.0.1",
+    "2002:a00:5::1": "6to4 of 10.0.0.5",
+    "2002:c0a8:101::": "6to4 of 192.168.1.1",
+    "64:ff9b::127.0.0.1": "NAT64 well-known prefix",
+    "64:ff9b::a9fe:a9fe": "NAT64 well-known prefix, the metadata address",
+    "64:ff9b:1::a00:5": "NAT64 local-use prefix (RFC 8215: never public)",
+    "::ffff:0:a00:5": "SIIT IPv4-translated (::ffff:0:0:0/96)",
+    "2001:0:4136:e378:8000:63bf:80ff:fffe": "Teredo whose client is 127.0.0.1 (obfuscated)",
+    "2001:0:7f00:1::1": "Teredo whose server is 127.0.0.1",
+}
+
+
+@pytest.mark.parametrize("address", sorted(EMBEDDED))
+def test_an_ipv6_address_carrying_a_private_ipv4_is_refused(address: str) -> None:
+    assert signing.forbidden_address([address]) is not None, EMBEDDED[address]
+
+
+def test_ipv6_forms_of_public_ipv4_and_plain_public_ipv6_pass() -> None:
+    for address in ("2002:808:808::1", "64:ff9b::8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"):
+        assert signing.forbidden_address([address]) is None, address

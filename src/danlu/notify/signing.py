@@ -38,13 +38,38 @@ def next_retry_s(attempts: int) -> int | None:
     return int(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempts - 1)))
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address a gateway on the path may deliver to.
+_CARRY_IPV4 = tuple(ipaddress.IPv6Network(n) for n in (
+    "::/96",  # IPv4-compatible (deprecated; still routed by some stacks)
+    "::ffff:0:0:0/96",  # SIIT IPv4-translated (RFC 7915)
+    "64:ff9b::/96",  # NAT64 well-known prefix (RFC 6052)
+))  # fmt: skip
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # NAT64 local use (RFC 8215): never public
+
+
+def _inside(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries: mapped, compatible, SIIT, NAT64, 6to4, Teredo
+    (its server and its de-obfuscated client). Python's ``is_global`` calls these forms public."""
+    out = [a for a in (ip.ipv4_mapped, ip.sixtofour) if a is not None]
+    out += list(ip.teredo or ())
+    if any(ip in net for net in _CARRY_IPV4):
+        out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return out
+
+
 def forbidden_address(addresses: Iterable[str]) -> str | None:
     """The first address a renter's webhook must not reach (the platform's own machine, its private
-    network, link-local metadata services, multicast …), or None."""
+    network, link-local metadata services, multicast …, also when an IPv6 form carries one), or None."""
     for text in addresses:
         ip = ipaddress.ip_address(text.split("%", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        if isinstance(ip, ipaddress.IPv6Address):
+            if ip in _NAT64_LOCAL:
+                return str(ip)
+            for v4 in _inside(ip):
+                if not v4.is_global or v4.is_multicast:
+                    return str(ip)
+            if ip.ipv4_mapped is not None:  # judged as the IPv4 it is (is_global varies by Python)
+                continue
         if not ip.is_global or ip.is_multicast:
             return str(ip)
     return None
