@@ -186,6 +186,44 @@ def test_final_invoices_and_their_lines_are_immutable(p: Platform, fake_clock: F
     assert final.total_minor == 30 and len(final.lines) == 1 and final.lines[0].cash_minor == 30
 
 
+APPEND_ONLY = [
+    "UPDATE ledger_entries SET amount_minor = 0",
+    "DELETE FROM ledger_entries",
+    "UPDATE ledger_transactions SET memo = 'rewritten'",
+    "DELETE FROM ledger_transactions",
+    "UPDATE usage_records SET amount_minor = 0",  # on the final invoice
+    "DELETE FROM usage_records",
+    "TRUNCATE invoice_lines",  # PostgreSQL's TRUNCATE runs no row trigger (issue 28, finding 6)
+    "TRUNCATE invoices CASCADE",  # … and this one emptied usage_records and charges too
+    "TRUNCATE ledger_entries",
+    "TRUNCATE usage_records",
+    "TRUNCATE charges",
+]
+
+
+@pytest.mark.parametrize("statement", APPEND_ONLY)
+def test_the_ledger_and_final_usage_are_append_only_in_the_database(
+    p: Platform, fake_clock: FakeClock, statement: str
+) -> None:
+    """Money is only added to: an edit, a delete or a truncate of the ledger, or of usage already on
+    a final invoice, is refused by the database itself (a direct SQL session, not the app's code)."""
+    if statement.startswith("TRUNCATE") and p.db.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has no TRUNCATE (its DELETE FROM runs the row triggers, tested above)")
+    ann = renter(p, "ann")
+    use(p, fake_clock, ann, 30)
+    fake_clock.set(FEB_DUE)
+    assert invoices.finalize_due(p, fake_clock.now_ms()) == 1
+    with p.db.read() as s:
+        before = [s.scalar(select(func.count()).select_from(text(t))) for t in ("ledger_entries", "usage_records")]
+    with pytest.raises(DBAPIError, match=r"append-only|final"), p.db.write() as s:
+        s.execute(text(statement))
+    with p.db.read() as s:
+        after = [s.scalar(select(func.count()).select_from(text(t))) for t in ("ledger_entries", "usage_records")]
+    assert after == before and all(before)
+    total, _ = billing.ledger_totals(p)
+    assert total == 0
+
+
 def test_usage_posted_after_its_month_is_final_is_an_adjustment_on_the_next_draft(
     p: Platform, fake_clock: FakeClock
 ) -> None:
