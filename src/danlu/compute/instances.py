@@ -31,7 +31,13 @@ from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
 from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, check_transition
 from danlu.compute.quotas import check_member_quota, check_quota
-from danlu.compute.runs import build_spec, check_may_run, prepare_control_dir, write_preempt_deadline
+from danlu.compute.runs import (
+    build_spec,
+    check_may_run,
+    ensure_sandbox_uid,
+    prepare_control_dir,
+    write_preempt_deadline,
+)
 from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -423,6 +429,7 @@ def rent(
         raise InvalidInput("invalid_name", "instance names are at most 64 characters, without NUL bytes")
     limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     instance_id = "i-" + secrets.token_hex(5)
+    ensure_sandbox_uid(p, user.id)
     with p.db.write() as s:
         now = p.clock.now_ms()
         inst = Instance(
@@ -461,6 +468,9 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
     """Run a stopped/exited/lost instance again on GPUs of the same model, same workspace.
     Never runs on fewer GPUs: if not enough are free it fails and nothing changes."""
     check_may_run(p, user)
+    with p.db.read() as s:
+        renter_id = get_owned(s, user, instance_id).user_id
+    ensure_sandbox_uid(p, renter_id)
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         if not teams.may_spend(s, user, inst.billing_account_id):

@@ -73,6 +73,16 @@ def platform_env(gpus: list[Gpu], inst: Instance) -> dict[str, str]:
     }
 
 
+def ensure_sandbox_uid(p: Platform, user_id: int) -> None:
+    """Give the renter their sandbox uid in a transaction of its own, before a run's transaction.
+    Inside it, the uid's UPDATE (a unique column, so it waits for every key-share lock on the user's
+    row) came after the instance's insert (a key-share lock) and the payer's lock: two first rentals
+    at once each waited for the other (PostgreSQL deadlock, issue 28 finding 5)."""
+    if p.sandbox.sandboxed and p.sandbox.identity == "per-renter uid":
+        with p.db.write() as s:
+            identity.sandbox_uid(s, user_id, p.settings.sandbox_uid_first, p.settings.sandbox_uid_count)
+
+
 def build_spec(
     p: Platform,
     s: Session,

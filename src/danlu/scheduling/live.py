@@ -32,7 +32,7 @@ from danlu.compute import allocations
 from danlu.compute.instances import begin_launch, begin_notice, launch, open_allocation, terminate_runs
 from danlu.compute.lifecycle import HAS_PROCESS, Status
 from danlu.compute.quotas import gpus_held
-from danlu.compute.runs import build_spec
+from danlu.compute.runs import build_spec, ensure_sandbox_uid
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError
@@ -346,6 +346,11 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
     """Start one run of a queued job on exactly the decided host and GPU model."""
     now = p.clock.now_ms()
     jdir = jobsvc.job_dir(p, job_id)
+    with p.db.read() as s:
+        queued = s.get(Job, job_id)
+        renter_id = queued.user_id if queued is not None else None
+    if renter_id is not None:
+        ensure_sandbox_uid(p, renter_id)
     with p.db.write() as s:
         job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
         if job is None or job.status != jobsvc.QUEUED:
