@@ -93,6 +93,10 @@ def test_offers_show_the_price_now_and_the_next_cheaper_window(p: Platform, fake
     [
         ([], "23:00", "08:00", "0.5"),
         (["moon"], "23:00", "08:00", "0.5"),
+        (["monkey", "frisbee"], "23:00", "08:00", "0.5"),  # was stored as mon,fri (issue 28, finding 10)
+        (["monday"], "23:00", "08:00", "0.5"),
+        (["mon-funday"], "23:00", "08:00", "0.5"),
+        ([""], "23:00", "08:00", "0.5"),
         (EVERY_DAY, "25:00", "08:00", "0.5"),
         (EVERY_DAY, "23:00", "23:00", "0.5"),
         (EVERY_DAY, "23:00", "08:00", "1.5"),
@@ -106,6 +110,20 @@ def test_a_bad_rule_is_refused_and_changes_nothing(
     with pytest.raises(InvalidInput):
         tariffs.add_rule(p, "bad", days, start, end, mult)
     assert tariffs.list_rules(p, include_retired=True) == []
+
+
+@pytest.mark.parametrize(
+    ("days", "stored"),
+    [
+        (["mon-fri"], ["mon", "tue", "wed", "thu", "fri"]),  # was Monday alone (issue 28, finding 10)
+        (["weekends"], ["sat", "sun"]),
+        (["fri-mon"], ["mon", "fri", "sat", "sun"]),  # wraps, as schedules do
+        (["sun", "mon", "sun"], ["mon", "sun"]),
+        (["Mon", " tue "], ["mon", "tue"]),
+    ],
+)
+def test_days_read_as_schedules_read_them(p: Platform, days: list[str], stored: list[str]) -> None:
+    assert tariffs.add_rule(p, "r", days, "23:00", "08:00", "0.5").days == stored
 
 
 def test_renting_in_a_cheaper_window_needs_the_balance_for_the_price_in_force(

@@ -8,8 +8,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from danlu.compute.timetable import Timetable, days_text, last_at, next_at, parse_days, parse_time
+from danlu.compute.timetable import Timetable, last_at, next_at, parse_days, parse_time
 from danlu.core.errors import InvalidInput
+from danlu.core.weekdays import days_text
 
 SH = ZoneInfo("Asia/Shanghai")
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -1157,7 +1157,6 @@ class DiscountOut(BaseModel):
     percent: str
 
 
-DAY = r"^(mon|tue|wed|thu|fri|sat|sun)$"
 CLOCK_TIME = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 MULTIPLIER = r"^0(\.[0-9]{1,4})?$"
 _BAD_TARIFF_TIME = limited("invalid_tariff", "times are HH:MM in 24 h, e.g. 23:00 (got {value})", pattern=CLOCK_TIME)
@@ -1175,8 +1174,14 @@ class TariffIn(Strict):
         limited("invalid_tariff", "a tariff's name is 1 to 64 characters", text=64),
     ]
     days: Annotated[
-        list[Annotated[str, Field(pattern=DAY), limited("invalid_tariff", "days are mon ... sun", pattern=DAY)]],
-        Field(min_length=1, max_length=7, description="The days a window starts on: mon, tue, ... sun"),
+        list[
+            Annotated[
+                str,
+                Field(pattern=DAYS_PATTERN),
+                limited("invalid_tariff", "days are mon … sun, mon-fri, weekdays …", pattern=DAYS_PATTERN),
+            ]
+        ],
+        Field(min_length=1, max_length=7, description="The days a window starts on: mon … sun, mon-fri, weekdays …"),
     ]
     from_: Annotated[str, Field(pattern=CLOCK_TIME), _BAD_TARIFF_TIME] = Field(
         alias="from", description="Local time (deployment time zone), HH:MM"

@@ -27,9 +27,9 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 from danlu.core.errors import InvalidInput
+from danlu.core.weekdays import parse_days
 
 MS_PER_HOUR = 3_600_000
-DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -147,7 +147,7 @@ def parse_tariff(raw: Mapping[str, object], default_timezone: str = "UTC") -> Ta
     """A tariff from its JSON form: ``{"name", "days": ["mon",…], "from": "00:00", "to": "08:00",
     "price_multiplier": "0.6", "timezone"?, "plans"?, "synthetic"?}``."""
     try:
-        days = frozenset(DAY_NAMES.index(str(d).lower()[:3]) for d in raw["days"])  # type: ignore[attr-defined]
+        days = parse_days(",".join(str(d) for d in raw["days"]), "invalid_tariff")  # type: ignore[attr-defined]
         multiplier = Decimal(str(raw["price_multiplier"]))
         start = time.fromisoformat(str(raw["from"]))
         end = time.fromisoformat(str(raw["to"]))

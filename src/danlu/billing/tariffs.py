@@ -22,9 +22,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.billing.caps import zone
-from danlu.billing.pricing import DAY_NAMES, Plan, Tariff, active_tariff, next_window_start
+from danlu.billing.pricing import Plan, Tariff, active_tariff, next_window_start
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput, NotFound
+from danlu.core.weekdays import DAY_NAMES, parse_days
 from danlu.db.models import TariffRule
 
 HORIZON_MS = 7 * 86_400_000  # how far ahead `offers` looks for a cheaper window
@@ -60,15 +61,9 @@ def _view(r: TariffRule) -> RuleView:
 def _check(name: str, days: list[str], start: str, end: str, multiplier: str, plans: list[str]) -> tuple[str, str]:
     if not 1 <= len(name) <= 64 or "\x00" in name:
         raise InvalidInput("invalid_tariff", "a tariff's name is 1 to 64 characters")
-    picked = []
-    for d in days:
-        short = d.strip().lower()[:3]
-        if short not in DAY_NAMES:
-            raise InvalidInput("invalid_tariff", f"unknown day {d!r}; use mon, tue, wed, thu, fri, sat, sun")
-        if short not in picked:
-            picked.append(short)
-    if not picked:
-        raise InvalidInput("invalid_tariff", "give the days the window starts on, e.g. --days mon,tue,wed,thu,fri")
+    if not days or not all(d.strip() for d in days):
+        raise InvalidInput("invalid_tariff", "give the days the window starts on, e.g. --days mon-fri")
+    picked = [DAY_NAMES[d] for d in sorted(parse_days(",".join(days), "invalid_tariff"))]  # whole names only
     for t in (start, end):
         try:
             if len(t) != 5:
@@ -89,7 +84,7 @@ def _check(name: str, days: list[str], start: str, end: str, multiplier: str, pl
     for plan in plans:
         if plan not in (Plan.ON_DEMAND.value, Plan.INTERRUPTIBLE.value):
             raise InvalidInput("invalid_tariff", "plans are on-demand and interruptible")
-    return ",".join(sorted(picked, key=DAY_NAMES.index)), str(mult)
+    return ",".join(picked), str(mult)
 
 
 def add_rule(

@@ -39,7 +39,7 @@ def tariffs(as_json: bool = JsonOpt) -> None:
 @admin_tariff_app.command("add")
 def add(
     name: str,
-    days: str = typer.Option(..., "--days", help="Days a window starts on: mon,tue,wed,thu,fri,sat,sun."),
+    days: str = typer.Option(..., "--days", help="Days a window starts on: mon-fri, sat,sun, weekdays, daily …"),
     start: str = typer.Option(..., "--from", help="Local start time, HH:MM."),
     end: str = typer.Option(..., "--to", help="Local end time, HH:MM (at or before --from: past midnight)."),
     multiplier: str = typer.Option(..., "--multiplier", help="Price factor in the window: 0.5 is -50%."),
@@ -49,7 +49,7 @@ def add(
     """Add an off-peak rule NAME; allocations starting from now are rated by it."""
     body = {
         "name": name,
-        "days": [d.lower()[:3] for d in _split(days)],
+        "days": [d.lower() for d in _split(days)],  # the server reads mon-fri, weekdays … (whole names only)
         "from": start,
         "to": end,
         "multiplier": multiplier,

@@ -17,10 +17,11 @@ from sqlalchemy import select
 
 from danlu.compute import instances
 from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status
-from danlu.compute.timetable import Timetable, days_text, parse_time
+from danlu.compute.timetable import Timetable, parse_time
 from danlu.compute.views import get_owned
 from danlu.context import Platform
 from danlu.core.errors import DanluError, NotFound
+from danlu.core.weekdays import days_text
 from danlu.db.models import Instance, InstanceSchedule, User
 from danlu.notify.feed import instance_event
 

@@ -17,16 +17,11 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from danlu.core import weekdays
 from danlu.core.errors import InvalidInput
+from danlu.core.weekdays import DAYS_HELP, days_text
 
-DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-ALIASES = {
-    "daily": frozenset(range(7)),
-    "weekdays": frozenset(range(5)),
-    "weekends": frozenset({5, 6}),
-}
 HHMM = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
-DAYS_HELP = "weekdays as mon-fri, sat,sun, daily, weekdays or weekends"
 
 
 def parse_time(text: str) -> tuple[int, int]:
@@ -38,24 +33,7 @@ def parse_time(text: str) -> tuple[int, int]:
 
 def parse_days(text: str) -> frozenset[int]:
     """``mon-fri``, ``mon,wed,fri``, ``sat-sun``, ``daily``, ``weekdays``, ``weekends`` → weekday numbers (mon = 0)."""
-    days: set[int] = set()
-    for part in text.lower().replace(" ", "").split(","):
-        if part in ALIASES:
-            days |= ALIASES[part]
-            continue
-        ends = part.split("-")
-        if len(ends) > 2 or any(e not in DAY_NAMES for e in ends):
-            raise InvalidInput("invalid_schedule", f"{part!r} is not a day; {DAYS_HELP}")
-        a, b = DAY_NAMES.index(ends[0]), DAY_NAMES.index(ends[-1])
-        days |= {(a + k) % 7 for k in range((b - a) % 7 + 1)}  # wraps: fri-mon is fri, sat, sun, mon
-    return frozenset(days)
-
-
-def days_text(days: frozenset[int]) -> str:
-    for name, value in ALIASES.items():
-        if days == value:
-            return name
-    return ",".join(DAY_NAMES[d] for d in sorted(days))
+    return weekdays.parse_days(text, "invalid_schedule")
 
 
 def _instant(day: date, hm: tuple[int, int], tz: ZoneInfo) -> int:
