@@ -123,4 +123,6 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     [listed] = cli.json("webhooks", token=ann)  # type: ignore[misc]
     assert listed["delivered"] == 1 and listed["secret"] is None
     receiver.server.shutdown()
-    cli("stop", busy["id"], token=ann)
+    # Cleanup only: on a machine loaded past its cores the busy loop's simulated GPU (its CPU share)
+    # may have fallen under 5% for a 4 s window since it was checked above, and been idle-stopped.
+    cli("stop", busy["id"], token=ann, ok=False)
