@@ -35,11 +35,13 @@ def test_exec_runs_in_the_rentals_sandbox_with_its_exit_code(
     renter: tuple[httpx.Client, str],
 ) -> None:
     c, iid = renter
-    script = "id -u; echo $PROJECT $HOME; pwd; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo oops >&2; exit 7"
+    script = "id -u; echo $PROJECT $HOME $DANLU_INSTANCE_ID $DANLU_GPU_MODEL; pwd; cat /proc/1/cmdline | tr '\\0' ' '"
+    script += "; echo; echo oops >&2; exit 7"
     s = run(sbx, token_of(c), iid, ["sh", "-c", script])
     assert s.status == {"exit_code": 7} and s.close_code == 1000
     uid, env_line, cwd, init = s.out.decode().splitlines()[:4]
-    assert env_line == "danlu-1 /workspace" and cwd == "/workspace"
+    # The run's environment: the renter's variables and the platform's (the instance, its GPUs).
+    assert env_line == f"danlu-1 /workspace {iid} T4" and cwd == "/workspace"
     assert init.startswith("bwrap --args")  # the rental's own PID namespace: its pid 1
     assert s.err.decode() == "oops\n"
     h = sbx.platform.backend  # the rental's command runs under the same uid

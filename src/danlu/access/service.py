@@ -5,7 +5,6 @@ suspension or a stop ends it)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -19,6 +18,7 @@ from danlu.accounts.credentials import session_user
 from danlu.accounts.service import authenticate, hash_token
 from danlu.compute import views
 from danlu.compute.lifecycle import Status
+from danlu.compute.runs import session_env
 from danlu.context import Platform
 from danlu.core.errors import Conflict, DanluError, Forbidden, NotFound, Unauthorized
 from danlu.db.models import Instance, Job, PortLink, SshKey, User
@@ -53,7 +53,7 @@ class Target:
 
     instance_id: str
     run_handle: str
-    env: dict[str, str]  # the renter's own variables, as the run has them
+    env: dict[str, str]  # the renter's own variables and the platform's, as the run has them
     job_id: str | None = None  # a job's run: re-checked through the job
 
 
@@ -97,7 +97,7 @@ def _enterable(s: Session, user: User, inst: Instance, what: str) -> Target:
             "team_role_required", "only the renter or the team's owners and admins can open a session into it"
         )
     handle = _check(user, inst.status, inst.run_handle, what)
-    return Target(inst.id, handle, dict(json.loads(inst.env_json or "{}")))
+    return Target(inst.id, handle, session_env(s, inst))
 
 
 def target(p: Platform, cred: Credentials, instance_id: str) -> tuple[User, Target]:

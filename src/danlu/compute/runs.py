@@ -73,6 +73,17 @@ def platform_env(gpus: list[Gpu], inst: Instance) -> dict[str, str]:
     }
 
 
+def session_env(s: Session, inst: Instance) -> dict[str, str]:
+    """What a session inside the running instance (exec, shell, SSH) sees of the run's environment:
+    the renter's own variables and the platform's (DANLU_INSTANCE_ID, the GPUs, a job's id), as the
+    run's command got them: a shell's ``$DANLU_INSTANCE_ID`` is the instance (it was empty)."""
+    gpus = list(s.scalars(select(Gpu).where(Gpu.allocation_id == inst.current_allocation_id).order_by(Gpu.idx)))
+    env = {**json.loads(inst.env_json or "{}"), **platform_env(gpus, inst)}
+    if inst.job_id is not None:
+        env["DANLU_JOB_ID"] = inst.job_id
+    return env
+
+
 def ensure_sandbox_uid(p: Platform, user_id: int) -> None:
     """Give the renter their sandbox uid in a transaction of its own, before a run's transaction.
     Inside it, the uid's UPDATE (a unique column, so it waits for every key-share lock on the user's
