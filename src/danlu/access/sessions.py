@@ -17,6 +17,7 @@ import fcntl
 import os
 import pty
 import signal
+import socket
 import struct
 import subprocess
 import termios
@@ -27,7 +28,7 @@ import psutil
 from starlette.concurrency import run_in_threadpool
 
 from danlu.access.service import Target
-from danlu.compute.backends.base import Backend, EnterError, EnterRequest
+from danlu.compute.backends.base import Backend, EnterError, EnterRequest, receive_terminal
 from danlu.core.errors import Conflict, QuotaExceeded
 
 HANGUP_GRACE_S = 10.0
@@ -115,16 +116,28 @@ def start(
     env = dict(t.env)
     if tty:
         env["TERM"] = term
+        # A pty here is the helper's own stdio (its errors reach the terminal); a sandboxed run hands
+        # back the master of the pty it made in the sandbox (its own devpts), which is then the
+        # session's terminal, read and resized directly.
         master, slave = pty.openpty()
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
-        os.set_blocking(master, False)
+        ours, theirs = socket.socketpair()
+        request = EnterRequest(argv, env, (slave, slave, slave), tty=True, terminal_back=theirs.fileno())
         try:
-            proc = backend.enter(t.run_handle, EnterRequest(argv, env, (slave, slave, slave), tty=True))
+            proc = backend.enter(t.run_handle, request)
         except BaseException:
             os.close(master)
+            ours.close()
             raise
         finally:
             os.close(slave)
+            theirs.close()
+        with ours:
+            inner = receive_terminal(ours)
+        if inner is not None:
+            os.close(master)
+            master = inner
+        os.set_blocking(master, False)
         return SessionProcess(proc, master, master, None, True)
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()

@@ -190,6 +190,11 @@ class EnterRequest:
     # Ends (SIGKILL) when the process that asked ends: a Slurm node's session, whose asker is the
     # step Slurm kills when the server's srun goes (not the server's, whose threads come and go).
     die_with_parent: bool = False
+    # A Unix socket (fd) over which a sandboxed session with a terminal hands back the master of the
+    # pty it made in the sandbox's own devpts: the caller then reads and writes the command's
+    # terminal directly (stdio stays the helper's own, for its errors). None, or a backend that makes
+    # no such pty (no sandbox, Slurm from the server): nothing comes back (EOF) and stdio is the terminal.
+    terminal_back: int | None = None
 
 
 class Backend(Protocol):
@@ -279,3 +284,14 @@ class Backend(Protocol):
         """CPU and memory of each run still running (the ones it cannot read are left out). Cheap
         enough for every run every sample period (danlu.telemetry.sampler)."""
         ...
+
+
+def receive_terminal(sock: socket.socket, timeout_s: float = 30.0) -> int | None:
+    """The pty master a session's helper handed back over ``sock`` (EnterRequest.terminal_back), or
+    None when none comes (EOF: the backend makes none, or the helper failed and said why on stdio)."""
+    sock.settimeout(timeout_s)
+    try:
+        _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    except OSError:
+        return None
+    return fds[0] if fds else None

@@ -55,6 +55,9 @@ def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) 
     spec["rlimits"] = _rlimits(h, sb)
     if request.die_with_parent:
         spec["parent"] = os.getpid()
+    back = () if request.terminal_back is None or not request.tty else (request.terminal_back,)
+    if back:
+        spec["terminal_back"] = back[0]
     # The spec (the renter's environment: secrets) goes through a memfd, never the command line,
     # which every local user can read in /proc (as a run's bubblewrap arguments do, spawn.py).
     spec_fd = os.memfd_create("danlu-enter", 0)
@@ -68,7 +71,7 @@ def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) 
             stderr=request.stdio[2],
             env={},
             cwd="/",
-            pass_fds=(block_r, spec_fd),
+            pass_fds=(block_r, spec_fd, *back),
             start_new_session=True,
         )
     except OSError as exc:

@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from danlu.compute.backends.base import Device, EnterError, EnterRequest, RunSpec, spec_from_json
+from danlu.compute.backends.base import Device, EnterError, EnterRequest, RunSpec, receive_terminal, spec_from_json
 
 USAGE_EVERY_S = 5.0
 NVIDIA_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
@@ -125,15 +125,23 @@ def enter_main(spec_path: Path) -> int:
             for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda s, _f: proc.send_signal(s))
             return proc.wait()
-        master, slave = pty.openpty()
+        master, slave = pty.openpty()  # the helper's own stdio; the command's terminal comes back
         try:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
         except OSError:
             pass
+        ours, theirs = socket.socketpair()
         try:
-            proc = backend.enter(handle, EnterRequest(ask["argv"], ask["env"], (slave,) * 3, True, True))
+            request = EnterRequest(ask["argv"], ask["env"], (slave,) * 3, True, True, theirs.fileno())
+            proc = backend.enter(handle, request)
         finally:
             os.close(slave)
+            theirs.close()
+        with ours:
+            inner = receive_terminal(ours)
+        if inner is not None:
+            os.close(master)
+            master = inner
     except EnterError as exc:
         os.write(2, f"danlu: cannot enter the run: {exc}\r\n".encode())
         return 125
@@ -141,7 +149,8 @@ def enter_main(spec_path: Path) -> int:
 
 
 def _relay_terminal(proc: subprocess.Popen[bytes], master: int) -> int:
-    """srun's terminal (fd 0/1, raw: every key goes through as a byte) <-> the command's pty."""
+    """srun's terminal (fd 0/1, raw: every key goes through as a byte) <-> the command's pty (the
+    sandbox's own, handed back by the helper), resizes passed on."""
     import tty
 
     def resized(_s: int, _f: object) -> None:

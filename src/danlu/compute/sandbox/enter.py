@@ -34,11 +34,10 @@ import fcntl
 import json
 import os
 import resource
-import select
 import signal
+import socket
 import sys
 import termios
-import tty
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -50,7 +49,6 @@ CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 TIOCSPTLCK = 0x40045431
 TIOCGPTPEER = 0x5441
-LIMIT = 1 << 16  # bytes held in either direction of a terminal's relay before reading stops
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -93,8 +91,6 @@ def main() -> None:
         fail("the rental's sandbox has ended", 126)
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last_cap = int(f.read())
-    if spec.get("tty"):  # the host's pty as this helper's controlling terminal: its resizes (SIGWINCH)
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # and hang-up (SIGHUP) come here, for the sandbox's pty
     block = int(spec["block_fd"])
     if os.read(block, 3) != b"go\n":  # the server put us into the run's cgroup (or gave up)
         os._exit(125)
@@ -117,24 +113,22 @@ def main() -> None:
     for cap in range(last_cap + 1):  # nothing a file capability could bring back on exec
         check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "dropping capabilities")
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    inner = _inner_terminal() if spec.get("tty") else None
+    inner = _inner_terminal(int(spec["terminal_back"])) if spec.get("tty") and spec.get("terminal_back") else None
     child = os.fork()
     if child == 0:
         if inner is not None:  # the sandbox's own pty as the command's terminal
-            os.close(inner[0])
             for fd in (0, 1, 2):
-                os.dup2(inner[1], fd)
-            os.close(inner[1])
+                os.dup2(inner, fd)
+            os.close(inner)
         run_child(spec)
+    if inner is not None:
+        os.close(inner)
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, _f: _pass_on(child, s))
-    status = None
-    if inner is not None:
-        os.close(inner[1])
-        status = relay(child, inner[0])
-    while status is None:
+    while True:
         try:
             _, status = os.waitpid(child, 0)
+            break
         except ChildProcessError:
             os._exit(125)
         except InterruptedError:
@@ -142,111 +136,23 @@ def main() -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
-def _inner_terminal() -> tuple[int, int]:
+def _inner_terminal(back: int) -> int:
     """A pty of the sandbox's own devpts (bubblewrap's ``--dev``), opened as the renter: the command's
-    terminal is one the sandbox can name (``tty`` says /dev/pts/N; tmux and screen work), where
-    the host's pty (fd 0) has no name inside. The helper relays between the two (:func:`relay`)."""
+    terminal is one the sandbox can name (``tty`` says /dev/pts/N; tmux and screen work), where the
+    host's pty has no name inside. Its master goes back to the caller over ``back`` (and is closed
+    here), which then holds the command's terminal itself: no relay, nothing between the keystroke
+    and the sandbox's line discipline. Returns the slave."""
     master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
     fcntl.ioctl(master, TIOCSPTLCK, b"\0\0\0\0")  # unlock
     slave = fcntl.ioctl(master, TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)  # the peer without a path lookup
-    _copy_size(0, master)
-    return master, slave
-
-
-def _copy_size(src: int, dst: int) -> None:
-    try:
-        fcntl.ioctl(dst, termios.TIOCSWINSZ, fcntl.ioctl(src, termios.TIOCGWINSZ, b"\0" * 8))
+    try:  # the size the caller gave its own terminal (fd 0)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
     except OSError:
         pass
-
-
-def relay(child: int, master: int) -> int:
-    """Bytes between the host's terminal (fd 0/1, raw: the sandbox's pty does echo, line editing and
-    Ctrl-C) and the sandbox's pty, both ways, never blocking on either (a 10 MB paste the command
-    does not read waits in a bounded buffer while its output still flows); resizes go on. Returns
-    when the command has exited; a host terminal that closes hangs the command up (SIGHUP)."""
-    try:
-        tty.setraw(0, termios.TCSANOW)
-    except termios.error:
-        pass
-    wake_r, wake_w = os.pipe()
-    for fd in (0, master, wake_r, wake_w):
-        os.set_blocking(fd, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda _s, _f: None)
-    signal.signal(signal.SIGWINCH, lambda _s, _f: _copy_size(0, master))
-    inward, outward = bytearray(), bytearray()
-    host = inner = True
-    while True:
-        want_r = [wake_r] + ([0] if host and len(inward) < LIMIT else [])
-        want_r += [master] if inner and len(outward) < LIMIT else []
-        want_w = ([master] if inward and inner else []) + ([1] if outward and host else [])
-        try:
-            ready_r, _, _ = select.select(want_r, want_w, [])
-        except InterruptedError:
-            continue
-        if wake_r in ready_r:
-            _drain(wake_r)
-            pid, status = os.waitpid(child, os.WNOHANG)
-            if pid == child:
-                break
-        if master in ready_r:
-            inner = _pump(master, outward)
-        if 0 in ready_r and not _pump(0, inward):
-            host = False
-            _pass_on(child, signal.SIGHUP)
-        # Written at once (a keystroke's echo goes out in this pass, not the next select's).
-        if inward and inner:
-            inner = _flush(master, inward)
-        if outward and host:
-            host = _flush(1, outward)
-    # The command exited (its wait status is returned).
-    # What it printed last is still in the sandbox's pty; up to 1 MiB of it goes out.
-    while inner and len(outward) < (1 << 20):
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # nothing more now (EAGAIN), or no end left (EIO)
-            break
-        if not data:
-            break
-        outward += data
-    if host:
-        os.set_blocking(1, True)
-        try:
-            os.write(1, bytes(outward))
-        except OSError:
-            pass
-    return status
-
-
-def _pump(fd: int, into: bytearray) -> bool:
-    """Reads what is there into ``into``; False once the other side is gone."""
-    try:
-        data = os.read(fd, 65536)
-    except BlockingIOError:
-        return True
-    except OSError:  # EIO: every end of that terminal closed
-        return False
-    into += data
-    return bool(data)
-
-
-def _flush(fd: int, out: bytearray) -> bool:
-    try:
-        del out[: os.write(fd, out)]
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 512):
-            pass
-    except OSError:
-        pass
+    with socket.socket(fileno=back) as sock:
+        socket.send_fds(sock, [b"t"], [master])
+    os.close(master)
+    return slave
 
 
 def _pass_on(child: int, sig: int) -> None:
