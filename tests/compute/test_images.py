@@ -97,6 +97,28 @@ def test_register_from_a_tarball(platform: Platform, tmp_path: Path) -> None:
     assert listed == {"host": None, "tarred": view.size_bytes}
 
 
+def test_folders_a_tarball_never_named_are_made_readable(platform: Platform, tmp_path: Path) -> None:
+    """A tarball of files only (no directory entries, as some exporters write) made its folders with
+    the server's umask (0700): the renter's uid could not enter /usr/bin and the image was unusable
+    (issue 28, finding 7). They are made 0755, as a folder member's own mode is kept."""
+    tarball = tmp_path / "files-only.tar"
+    with tarfile.open(tarball, "w") as tar:
+        _member(tar, "usr/bin/tool", b"#!/bin/sh\necho ok\n")
+        _member(tar, "etc/motd", b"hi\n")
+        named = tarfile.TarInfo("opt/private")
+        named.type, named.mode = tarfile.DIRTYPE, 0o750
+        tar.addfile(named)
+    old = os.umask(0o077)  # the server's own (its data folder is private)
+    try:
+        images.register(platform, "filesonly", str(tarball))
+    finally:
+        os.umask(old)
+    root = rootfs(platform, "filesonly")
+    for folder in ("usr", "usr/bin", "etc", "opt"):
+        assert stat.S_IMODE((root / folder).stat().st_mode) == 0o755, folder
+    assert stat.S_IMODE((root / "opt" / "private").stat().st_mode) == 0o750  # as the archive said
+
+
 def _member(tar: tarfile.TarFile, name: str, data: bytes = b"pwned\n", link: str | None = None) -> None:
     info = tarfile.TarInfo(name)
     if link is not None:

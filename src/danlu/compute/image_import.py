@@ -37,6 +37,7 @@ def _refuse(message: str) -> InvalidInput:
 class _Guard:
     def __init__(self) -> None:
         self.kinds: dict[str, str] = {"": "dir"}
+        self.named: set[str] = set()  # folders the archive itself lists (their mode is the archive's)
 
     def __call__(self, member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
         if member.ischr() or member.isblk() or member.isfifo():
@@ -67,6 +68,8 @@ class _Guard:
         if safe is None:
             return None
         self.kinds[name] = "file" if kind == "link" else kind
+        if kind == "dir":
+            self.named.add(name)
         # A hard link's target: relative to the image, never an absolute host path.
         link = posixpath.normpath(member.linkname.lstrip("/")) if kind == "link" else safe.linkname
         return safe.replace(uid=0, gid=0, uname="root", gname="root", name=name, linkname=link, deep=False)
@@ -82,6 +85,11 @@ def extract_tarball(src: Path, root: Path) -> None:
         raise _refuse(f"{src} is not a readable tarball: {exc}") from None
     except (EOFError, OSError) as exc:  # a cut-off .tar.gz raises EOFError
         raise _refuse(f"{src} could not be unpacked: {exc}") from None
+    # Folders no member named were made with the server's umask (0700: the renter's uid could not
+    # enter them); they get the mode a folder has by default, 0755.
+    for name, kind in guard.kinds.items():
+        if kind == "dir" and name and name not in guard.named and stat.S_ISDIR(os.lstat(root / name).st_mode):
+            os.chmod(root / name, 0o755)
 
 
 def check_source_folder(src: Path) -> None:
