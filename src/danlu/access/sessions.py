@@ -17,7 +17,6 @@ import fcntl
 import os
 import pty
 import signal
-import socket
 import struct
 import subprocess
 import termios
@@ -28,7 +27,7 @@ import psutil
 from starlette.concurrency import run_in_threadpool
 
 from danlu.access.service import Target
-from danlu.compute.backends.base import Backend, EnterError, EnterRequest, receive_terminal
+from danlu.compute.backends.base import Backend, EnterError, EnterRequest, enter_with_terminal
 from danlu.core.errors import Conflict, QuotaExceeded
 
 HANGUP_GRACE_S = 10.0
@@ -121,22 +120,7 @@ def start(
         # session's terminal, read and resized directly.
         master, slave = pty.openpty()
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
-        ours, theirs = socket.socketpair()
-        request = EnterRequest(argv, env, (slave, slave, slave), tty=True, terminal_back=theirs.fileno())
-        try:
-            proc = backend.enter(t.run_handle, request)
-        except BaseException:
-            os.close(master)
-            ours.close()
-            raise
-        finally:
-            os.close(slave)
-            theirs.close()
-        with ours:
-            inner = receive_terminal(ours)
-        if inner is not None:
-            os.close(master)
-            master = inner
+        proc, master = enter_with_terminal(backend, t.run_handle, argv, env, master, slave)
         os.set_blocking(master, False)
         return SessionProcess(proc, master, master, None, True)
     in_r, in_w = os.pipe()

@@ -295,3 +295,28 @@ def receive_terminal(sock: socket.socket, timeout_s: float = 30.0) -> int | None
     except OSError:
         return None
     return fds[0] if fds else None
+
+
+def enter_with_terminal(
+    backend: Backend, handle: str, argv: list[str], env: dict[str, str], master: int, slave: int, *, die: bool = False
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``argv`` inside the run with a terminal: the pty ``master``/``slave`` made by the caller is the
+    helper's own stdio (its errors reach the terminal). Returns the process and the master to use: the
+    sandbox's own pty when the helper handed it back (``master`` is then closed), else ``master``.
+    ``slave`` is closed either way; ``master`` is closed too if the process could not be started."""
+    ours, theirs = socket.socketpair()
+    try:
+        proc = backend.enter(handle, EnterRequest(argv, env, (slave,) * 3, True, die, theirs.fileno()))
+    except BaseException:
+        os.close(master)
+        ours.close()
+        raise
+    finally:
+        os.close(slave)
+        theirs.close()
+    with ours:
+        inner = receive_terminal(ours)
+    if inner is None:
+        return proc, master
+    os.close(master)
+    return proc, inner

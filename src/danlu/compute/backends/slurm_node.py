@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from danlu.compute.backends.base import Device, EnterError, EnterRequest, RunSpec, receive_terminal, spec_from_json
+from danlu.compute.backends.base import Device, EnterError, EnterRequest, RunSpec, enter_with_terminal, spec_from_json
 
 USAGE_EVERY_S = 5.0
 NVIDIA_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
@@ -130,18 +130,7 @@ def enter_main(spec_path: Path) -> int:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
         except OSError:
             pass
-        ours, theirs = socket.socketpair()
-        try:
-            request = EnterRequest(ask["argv"], ask["env"], (slave,) * 3, True, True, theirs.fileno())
-            proc = backend.enter(handle, request)
-        finally:
-            os.close(slave)
-            theirs.close()
-        with ours:
-            inner = receive_terminal(ours)
-        if inner is not None:
-            os.close(master)
-            master = inner
+        proc, master = enter_with_terminal(backend, handle, ask["argv"], ask["env"], master, slave, die=True)
     except EnterError as exc:
         os.write(2, f"danlu: cannot enter the run: {exc}\r\n".encode())
         return 125
