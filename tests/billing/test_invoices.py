@@ -397,3 +397,21 @@ def test_the_control_loop_finalises_due_invoices(p: Platform, fake_clock: FakeCl
     [current, jan] = invoices.list_invoices(p, payer(p, ann))
     assert (current.period, current.status) == ("2026-02", "draft")
     assert (jan.period, jan.status, jan.number, jan.total_minor) == ("2026-01", "final", 1, 9)
+
+
+def test_a_removed_instance_still_shows_and_explains_its_cost(p: Platform, fake_clock: FakeClock) -> None:
+    """`danlu show ID` and `danlu cost ID` after `danlu rm ID` answered instance_not_found, while
+    `ps --all` and the invoice listed it (issue 28, finding 11). They read it; nothing can change it,
+    and another renter still gets not found."""
+    ann, eve = renter(p, "ann"), renter(p, "eve")
+    iid = use(p, fake_clock, ann, 30)
+    instances.destroy(p, ann, iid)
+    shown = views.show(p, ann, iid)
+    assert shown.status == "destroyed" and shown.billed_seconds == 30
+    assert explain_cost(p, ann, iid).cost_minor == 30
+    for attempt in (lambda: instances.start(p, ann, iid), lambda: instances.stop(p, ann, iid)):
+        with pytest.raises(NotFound):
+            attempt()
+    for read in (lambda: views.show(p, eve, iid), lambda: explain_cost(p, eve, iid)):
+        with pytest.raises(NotFound):
+            read()

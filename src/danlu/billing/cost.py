@@ -144,7 +144,7 @@ def explain_cost(p: Platform, user: User, instance_id: str) -> CostView:
     may not see (another renter's, another team's), as everywhere."""
     now = p.clock.now_ms()
     with p.db.read() as s:
-        inst = get_owned(s, user, instance_id)
+        inst = get_owned(s, user, instance_id, removed_too=True)  # what a removed one cost, too
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id).order_by(Allocation.id)))
         sums = {
             row[0]: (int(row[1]), int(row[2]), int(row[3]))

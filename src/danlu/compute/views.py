@@ -197,13 +197,16 @@ class InstanceView:
     last_used_by: str | None = None
 
 
-def get_owned(session: Session, user: User, instance_id: str, *, for_update: bool = False) -> Instance:
+def get_owned(
+    session: Session, user: User, instance_id: str, *, for_update: bool = False, removed_too: bool = False
+) -> Instance:
     """The user's instance; ``for_update`` locks its row for the rest of the transaction (every
-    write path does, so concurrent start/stop/rm of one instance are serialised on PostgreSQL)."""
+    write path does, so concurrent start/stop/rm of one instance are serialised on PostgreSQL).
+    A removed instance is not found unless ``removed_too`` (reads of its record: show, cost)."""
     inst = session.get(Instance, instance_id, with_for_update=for_update, populate_existing=for_update)
     if (
         inst is None
-        or inst.status == Status.DESTROYED
+        or (inst.status == Status.DESTROYED and not (removed_too and not for_update))
         or inst.job_id is not None
         or not teams.may_see(session, user, inst.user_id, inst.billing_account_id)
     ):
@@ -363,7 +366,7 @@ def workspace_bytes(path: str) -> int:
 
 def show(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.read() as s:
-        inst = get_owned(s, user, instance_id)
+        inst = get_owned(s, user, instance_id, removed_too=True)  # `danlu show` after `rm`: its record
         allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
         view = _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
         view.backend_ref = p.backend.ref(inst.run_handle) if inst.run_handle else None
