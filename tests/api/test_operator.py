@@ -77,7 +77,8 @@ def test_operator_stop_tells_the_renter_why_and_keeps_the_workspace(live: LiveSe
 
 
 def test_operator_destroy_removes_the_instance_and_frees_its_gpus(live: LiveServer) -> None:
-    """Pins: destroy needs a reason; afterwards the renter's instance is 404 everywhere, no GPU has
+    """Pins: destroy needs a reason; afterwards the renter's instance is gone from the listing and
+    from every action (its record still shows, as after `danlu rm`: issue 28, finding 11), no GPU has
     a holder, the workspace is gone, and a second destroy is 404."""
     with live.new_user("dora") as c, live.admin() as a:
         iid = rent(c, gpu="A100-80GB", count=2)["id"]
@@ -86,7 +87,8 @@ def test_operator_destroy_removes_the_instance_and_frees_its_gpus(live: LiveServ
         assert status_of(c, iid) == "running" and holders(a).count(iid) == 2
         r = a.post(f"/admin/instances/{iid}/destroy", json={"reason": "abuse report #12"})
         assert r.status_code == 204, r.text
-        assert err(c.get(f"/instances/{iid}")) == (404, "instance_not_found")
+        assert c.get(f"/instances/{iid}").json()["status"] == "destroyed"  # its record, read-only
+        assert err(c.post(f"/instances/{iid}/start")) == (404, "instance_not_found")
         assert c.get("/instances").json() == []
         assert holders(a) == [None, None, None, None]
         assert c.get("/offers", params={"gpu": "A100-80GB"}).json()[0]["free"] == 2

@@ -45,7 +45,8 @@ def test_rent_run_stop_start_destroy(live: LiveServer) -> None:
         assert events == ["pending", "running", "stopping", "stopped", "pending", "running"]
 
         assert c.delete(f"/instances/{iid}").status_code == 204
-        assert c.get(f"/instances/{iid}").status_code == 404
+        assert c.get(f"/instances/{iid}").json()["status"] == "destroyed"  # its record stays readable
+        assert c.post(f"/instances/{iid}/start").status_code == 404
         assert c.get("/offers", params={"gpu": "A100-80GB"}).json()[0]["free"] == 2
         ws = live.platform.workspaces / iid
         assert not ws.exists()

@@ -186,7 +186,8 @@ def test_acceptance_contract(server: tuple[str, Path]) -> None:
     cli("start", iid, token=alice)
     assert shown()["status"] == "running"
     cli("rm", iid, token=alice)
-    assert cli("show", iid, "--json", ok=False, token=alice).returncode != 0
+    assert shown()["status"] == "destroyed"  # `show` after `rm`: its record (issue 28, finding 11)
+    assert cli("start", iid, ok=False, token=alice).returncode != 0
 
     bal = cli.json("balance", token=alice)
     assert isinstance(bal, dict) and bal["currency"] == "CNY"
