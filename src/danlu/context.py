@@ -11,6 +11,7 @@ from pathlib import Path
 from danlu.compute.backends.base import Backend
 from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.clock import Clock
+from danlu.core.throttle import Throttle
 from danlu.db.engine import Database
 from danlu.telemetry.activity import Activity
 from danlu.telemetry.retention import Retention
@@ -76,6 +77,9 @@ class Platform:
     launches: set[str] = field(default_factory=set, repr=False)
     # When a person last used each instance (sessions' input, port traffic): idle auto-stop reads it.
     activity: Activity = field(default_factory=Activity, repr=False)
+    # Wrong console passwords (per account and per address) and wrong API tokens (per address).
+    sign_in_throttle: Throttle = field(default_factory=lambda: Throttle(free=5, what="passwords"), repr=False)
+    token_throttle: Throttle = field(default_factory=lambda: Throttle(free=20, what="API tokens"), repr=False)
 
     @property
     def sandbox_root(self) -> Path:

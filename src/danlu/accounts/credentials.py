@@ -72,9 +72,13 @@ def set_password(p: Platform, name: str, password: str) -> None:
         s.execute(delete(WebSession).where(WebSession.user_id == user.id))
 
 
-def check_password(p: Platform, name: str, password: str) -> int:
+def check_password(p: Platform, name: str, password: str, address: str | None = None) -> int:
     """The id of the user whose name and password these are; else 401 ``bad_credentials`` (the same
-    answer for an unknown name, a user without a password, a suspended-free check of the password)."""
+    answer for an unknown name, a user without a password, a suspended-free check of the password).
+    Guesses are throttled per account and per client ``address`` (danlu.core.throttle): past five
+    wrong ones, ``429 too_many_attempts`` before any hashing."""
+    keys = [f"name:{name[:64].lower()}"] + ([f"addr:{address}"] if address else [])
+    p.sign_in_throttle.check(keys, p.clock.now_ms())
     with p.db.read() as s:
         row = s.execute(select(User.id, User.password_hash).where(User.name == name[:64])).first()
     stored = row.password_hash if row is not None and row.password_hash else None
@@ -83,7 +87,9 @@ def check_password(p: Platform, name: str, password: str) -> int:
     except (VerifyMismatchError, VerificationError, InvalidHashError):
         ok = False
     if not ok or row is None:
+        p.sign_in_throttle.failed(keys, p.clock.now_ms())
         raise Unauthorized("bad_credentials", "the user name or the password is wrong; try again or ask your operator")
+    p.sign_in_throttle.succeeded(keys[:1])  # the account's count; the address keeps its own
     return int(row.id)
 
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from danlu.accounts.service import authenticate, hash_token
 from danlu.compute.views import CURRENT_USERS
 from danlu.context import Platform
-from danlu.core.errors import Forbidden
+from danlu.core.errors import Forbidden, Unauthorized
 from danlu.db.models import User
 
 
@@ -57,9 +57,18 @@ async def get_current_user(request: Request) -> User:
     key = hash_token(token) if token else None
     columns = CURRENT_USERS.peek(p.db.engine, key) if key else None
     if columns is None:
-        columns = (
-            await run_in_threadpool(CURRENT_USERS.get, p.db.engine, key, load) if key else await run_in_threadpool(load)
-        )
+        # Wrong tokens are counted per client address: past 20, each further try waits (429).
+        guess = [f"addr:{request.client.host}"] if token and request.client is not None else []
+        p.token_throttle.check(guess, p.clock.now_ms())
+        try:
+            columns = (
+                await run_in_threadpool(CURRENT_USERS.get, p.db.engine, key, load)
+                if key
+                else await run_in_threadpool(load)
+            )
+        except Unauthorized:
+            p.token_throttle.failed(guess, p.clock.now_ms())
+            raise
     user: User = manager_of_class(User).new_instance()
     user.__dict__.update(columns)
     make_transient_to_detached(user)

@@ -26,7 +26,9 @@ def _body(code: str, message: str, **details: object) -> dict[str, object]:
 def install(app: FastAPI) -> None:
     @app.exception_handler(DanluError)
     async def _danlu(_: Request, exc: DanluError) -> JSONResponse:
-        return JSONResponse(status_code=exc.http_status, content={"error": exc.to_dict()})
+        wait = exc.details.get("retry_after_s")
+        headers = {"Retry-After": str(wait)} if isinstance(wait, int) else None
+        return JSONResponse(status_code=exc.http_status, content={"error": exc.to_dict()}, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

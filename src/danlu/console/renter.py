@@ -77,9 +77,12 @@ def login(
     """No CSRF token before sign-in (there is no session yet); the cookie is SameSite=Lax and a
     sign-in replaces nothing the attacker could use."""
     try:
-        user_id = credentials.check_password(ctx.platform, name.strip(), password)
+        user_id = credentials.check_password(ctx.platform, name.strip(), password, _address(ctx))
     except DanluError as e:
-        return ctx.render("login.html", status=e.http_status, next=safe_next(next), error=ctx._(e.message), name=name)
+        page = ctx.render("login.html", status=e.http_status, next=safe_next(next), error=ctx._(e.message), name=name)
+        if isinstance(wait := e.details.get("retry_after_s"), int):
+            page.headers["Retry-After"] = str(wait)
+        return page
     cookie, info = credentials.open_session(ctx.platform, user_id)
     response = RedirectResponse(safe_next(next), status_code=303, headers=SECURITY_HEADERS)
     response.set_cookie(
@@ -92,6 +95,10 @@ def login(
         path="/",
     )
     return response
+
+
+def _address(ctx: Anyone) -> str | None:
+    return ctx.request.client.host if ctx.request.client is not None else None
 
 
 @router.post("/logout")

@@ -63,3 +63,11 @@ class NoCapacity(DanluError):
 class QuotaExceeded(DanluError):
     http_status = 429
     default_code = "quota_exceeded"
+
+
+class TooManyAttempts(DanluError):
+    """Too many wrong passwords or tokens: ``details["retry_after_s"]`` is how long to wait (the
+    API and the console send it as ``Retry-After``)."""
+
+    http_status = 429
+    default_code = "too_many_attempts"
