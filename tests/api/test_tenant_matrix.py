@@ -52,6 +52,9 @@ from tests.conftest import LiveServer, make_platform, require_sandbox, wait_for
 
 ID_PARAM = re.compile(r"\{(\w+_id)(?::\w+)?\}")
 # Ids of no object; others are instances.
+# Each test calls every route with each of A's objects: ~30 s alone; 10× that on a loaded machine
+# (the default 120 s ran out in one CI run with other suites beside it).
+pytestmark = pytest.mark.timeout(400)
 FAKE_IDS = {
     "job_id": "j-0000000000",
     "budget_id": "987654321",

@@ -3,8 +3,11 @@ ones are lost and billed up to the last moment they were seen alive. Real proces
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+
+from sqlalchemy import select
 
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
@@ -14,7 +17,7 @@ from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
-from danlu.db.models import User
+from danlu.db.models import Allocation, User
 from tests.conftest import make_platform, wait_for
 
 
@@ -43,6 +46,13 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
     p1.backend.kill(lost_handle)  # killed from outside: no exit status
     time.sleep(3.5)
 
+    # The exit marker the supervisor wrote when the command ended (its mtime is that moment): the
+    # evidence billing must match, however late a loaded machine gets round to noticing.
+    with p1.db.read() as s:
+        exit_marker = p1.settings.data_dir / json.loads(s.get(Instance, exits.id).run_handle)["exit"]  # type: ignore[union-attr,arg-type]
+    wait_for(exit_marker.exists, timeout=60)
+    ended_ms = exit_marker.stat().st_mtime_ns // 1_000_000
+
     db2 = open_database(db_url)
     backend2, sandbox2 = make_local_backend(p1.settings.data_dir)  # a new server process knows nothing
     p2 = Platform(db=db2, clock=SystemClock(), backend=backend2, settings=p1.settings, sandbox=sandbox2)
@@ -52,7 +62,9 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
     assert a.status == "running"  # adopted, metered on
     assert a.billed_seconds >= 3
     assert (e.status, e.exit_code) == ("exited", 5)
-    assert e.billed_seconds == 2  # ended when the command ended, not when we noticed
+    with p2.db.read() as s:  # ended when the command ended, not when we noticed
+        [alloc] = s.scalars(select(Allocation).where(Allocation.instance_id == exits.id)).all()
+    assert alloc.ended_at_ms == ended_ms and e.billed_seconds == (ended_ms - alloc.started_at_ms) // 1000 >= 2
     assert lo.status == "lost" and "last seen alive" in lo.status_reason
     assert lo.billed_seconds == (last_seen - started) // 1000  # not a second beyond
     assert lo.cost_minor == lo.billed_seconds
