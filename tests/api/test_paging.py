@@ -57,8 +57,8 @@ def test_rows_added_or_removed_between_pages_never_repeat_or_skip_the_others(
 def test_instances_page_by_cursor_and_poll_with_etags(live: LiveServer) -> None:
     c = live.new_user("alice")
     ids = []
-    for _ in range(3):
-        r = c.post("/instances", json={"gpu_model": "T4", "command": ["true"]})
+    for model in ("T4", "T4", "A100-80GB"):  # a GPU each: a finished `true` frees its own late under load
+        r = c.post("/instances", json={"gpu_model": model, "command": ["true"]})
         assert r.status_code == 201, r.text
         ids.append(r.json()["id"])
     whole = c.get("/instances").json()

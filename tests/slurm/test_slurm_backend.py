@@ -461,9 +461,15 @@ def test_sessions_and_ports_reach_a_run_on_its_slurm_node(slurm_live: LiveServer
         sh = Session(slurm_live, token, iid, ["/bin/bash", "--norc", "-i"], tty="true", cols=100, rows=40)
         sh.type("echo size=$(stty size) tty=$([ -t 0 ] && echo yes)\r")
         sh.read_until(b"size=40 100 tty=yes")
-        sh.resize(132, 50)
-        sh.type("echo now=$(stty size)\r")
-        sh.read_until(b"now=50 132")
+        sh.resize(132, 50)  # srun passes it on to the node asynchronously: ask until it has landed
+        for _ in range(60):
+            sh.out.clear()
+            sh.type("echo now=$(stty size)-$((1+1))\r")
+            sh.read_until(b"-2\r\n", timeout=60)  # the command's output, not the echo of the typed line
+            if b"now=50 132-2" in sh.out:
+                break
+            time.sleep(0.5)
+        assert b"now=50 132-2" in sh.out, sh.out
         sh.type("(echo running-$((40+2)); exec sleep 1000)\r")
         sh.read_until(b"running-42")
         sh.send(b"\x03")

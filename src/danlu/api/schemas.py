@@ -59,14 +59,16 @@ _STATUS_TEXT = {
     404: "No such object for this user (another tenant's objects are not found either)",
     409: "Conflicts with the object's current state or the platform's capacity",
     422: "Invalid input (`invalid_request` or a specific code)",
-    429: "Over a quota (`gpu_quota_exceeded`)",
+    429: "Over a quota (`gpu_quota_exceeded`), or too many wrong tokens (`too_many_attempts`, Retry-After)",
     503: "This server cannot sandbox renters' code now (`sandbox_unavailable`)",
 }
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` for a router or route: each status with the error body (422 always)."""
-    return {code: {"model": ErrorBody, "description": _STATUS_TEXT[code]} for code in sorted({*statuses, 422})}
+    """``responses=`` for a router or route: each status with the error body (422 always; 429 with
+    401: a route that checks a token answers ``too_many_attempts`` to an address guessing them)."""
+    codes = {*statuses, 422, *((429,) if 401 in statuses else ())}
+    return {code: {"model": ErrorBody, "description": _STATUS_TEXT[code]} for code in sorted(codes)}
 
 
 # --- limits -------------------------------------------------------------------------------------
