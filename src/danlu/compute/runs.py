@@ -89,9 +89,13 @@ def ensure_sandbox_uid(p: Platform, user_id: int) -> None:
     Inside it, the uid's UPDATE (a unique column, so it waits for every key-share lock on the user's
     row) came after the instance's insert (a key-share lock) and the payer's lock: two first rentals
     at once each waited for the other (PostgreSQL deadlock, issue 28 finding 5)."""
-    if p.sandbox.sandboxed and p.sandbox.identity == "per-renter uid":
-        with p.db.write() as s:
-            identity.sandbox_uid(s, user_id, p.settings.sandbox_uid_first, p.settings.sandbox_uid_count)
+    if not (p.sandbox.sandboxed and p.sandbox.identity == "per-renter uid"):
+        return
+    with p.db.read() as s:  # given once: every later run needs no write transaction for it
+        if s.scalar(select(User.sandbox_uid).where(User.id == user_id)) is not None:
+            return
+    with p.db.write() as s:
+        identity.sandbox_uid(s, user_id, p.settings.sandbox_uid_first, p.settings.sandbox_uid_count)
 
 
 def build_spec(

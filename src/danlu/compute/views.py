@@ -206,7 +206,7 @@ def get_owned(
     inst = session.get(Instance, instance_id, with_for_update=for_update, populate_existing=for_update)
     if (
         inst is None
-        or (inst.status == Status.DESTROYED and not (removed_too and not for_update))
+        or (inst.status == Status.DESTROYED and not removed_too)
         or inst.job_id is not None
         or not teams.may_see(session, user, inst.user_id, inst.billing_account_id)
     ):

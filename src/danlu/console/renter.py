@@ -222,8 +222,7 @@ def _instance_page(ctx: Page, instance_id: str, new_link: tuple[links.LinkView, 
 def make_link(ctx: Post, instance_id: str, port: Annotated[int, Path(ge=1, le=65535)]) -> Response:
     """`danlu port ID PORT --link`: rendered, not redirected, as a new token is: the URL is shown once."""
     view, token = links.create(ctx.platform, ctx.me, _checked_id(instance_id), port)
-    url = f"{ports_api.port_out(str(ctx.request.base_url), view.instance_id, port).url}?{links.PARAM}={token}"
-    return _instance_page(ctx, instance_id, (view, url))
+    return _instance_page(ctx, instance_id, (view, ports_api.link_url(str(ctx.request.base_url), view, token)))
 
 
 @router.post("/instances/{instance_id}/links/{link_id}/revoke")

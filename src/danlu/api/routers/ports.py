@@ -115,8 +115,12 @@ def make_link(
     """A link to PORT's app for someone without a danlu account (``danlu port ID PORT --link``):
     that app only, while the instance runs, until revoked. The URL is shown once."""
     view, token = links.create(p, user, instance_id, port)
-    url = f"{port_out(str(request.base_url), view.instance_id, port).url}?{links.PARAM}={token}"
-    return LinkMade(**_link_out(view).model_dump(), url=url)
+    return LinkMade(**_link_out(view).model_dump(), url=link_url(str(request.base_url), view, token))
+
+
+def link_url(base: str, view: links.LinkView, token: str) -> str:
+    """The URL a link opens (the API's answer and the console's page alike)."""
+    return f"{port_out(base, view.instance_id, view.port).url}?{links.PARAM}={token}"
 
 
 @router.get("/{instance_id}/links", response_model=list[LinkOut], responses=errors(403, 404))

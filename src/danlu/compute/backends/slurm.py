@@ -482,11 +482,10 @@ class SlurmBackend:
 
     def listening(self, handle: str) -> list[int]:
         h = json.loads(handle)
-        if not self._file(h, "local").exists():
-            return []
         try:
+            self._entered(h)
             out = self.cli.run(*self._srun(h, [], "listening"))
-        except (SlurmUnreachable, subprocess.CalledProcessError):
+        except (EnterError, SlurmUnreachable, subprocess.CalledProcessError):
             return []
         try:
             return [int(p) for p in json.loads(out)]

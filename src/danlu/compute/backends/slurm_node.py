@@ -126,10 +126,7 @@ def enter_main(spec_path: Path) -> int:
                 signal.signal(sig, lambda s, _f: proc.send_signal(s))
             return proc.wait()
         master, slave = pty.openpty()  # the helper's own stdio; the command's terminal comes back
-        try:
-            fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
-        except OSError:
-            pass
+        _copy_size(slave)
         proc, master = enter_with_terminal(backend, handle, ask["argv"], ask["env"], master, slave, die=True)
     except EnterError as exc:
         os.write(2, f"danlu: cannot enter the run: {exc}\r\n".encode())
@@ -137,18 +134,20 @@ def enter_main(spec_path: Path) -> int:
     return _relay_terminal(proc, master)
 
 
+def _copy_size(to: int) -> None:
+    """srun's terminal's window size (fd 0) onto ``to``'s."""
+    try:
+        fcntl.ioctl(to, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        pass
+
+
 def _relay_terminal(proc: subprocess.Popen[bytes], master: int) -> int:
     """srun's terminal (fd 0/1, raw: every key goes through as a byte) <-> the command's pty (the
     sandbox's own, handed back by the helper), resizes passed on."""
     import tty
 
-    def resized(_s: int, _f: object) -> None:
-        try:
-            fcntl.ioctl(master, termios.TIOCSWINSZ, fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8))
-        except OSError:
-            pass
-
-    signal.signal(signal.SIGWINCH, resized)
+    signal.signal(signal.SIGWINCH, lambda _s, _f: _copy_size(master))
     signal.signal(signal.SIGHUP, lambda _s, _f: proc.send_signal(signal.SIGHUP))
     try:
         tty.setraw(0, termios.TCSANOW)  # not the default TCSAFLUSH: keys typed already must stay
