@@ -17,9 +17,10 @@ from datetime import date
 from decimal import Decimal
 
 from danlu.advisor import service
-from danlu.advisor.plans import PlatformOffer, PlatformPlans
+from danlu.advisor.plans import PlatformPlans
 from danlu.advisor.workload import build_workload
 from danlu.catalog.prices import price_catalog
+from danlu.compute.offers import Offer
 
 CONTRACT = [
     "advise",
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     w = build_workload(params=7e9, tokens=1e9)
-    offers = [PlatformOffer(m, 2000, "CNY", 8, 8, 900) for m in ("H100-80GB", "A100-80GB", "RTX-4090", "T4")]
+    offers = [Offer(m, 80, 8, 8, 8, 2000, "CNY", True, 900) for m in ("H100-80GB", "A100-80GB", "RTX-4090", "T4")]
     plans = PlatformPlans(
         offpeak_discount_pct=Decimal(40),
         terms={"package-day": 1000, "package-week": 2000, "package-month": 3000, "reserved-12m": 4500},

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from danlu.compute.backends.base import RUNNING, RunSpec, RunState, RunUsage
+from danlu.compute.offers import Offer
 
 
 class RecordingBackend:
@@ -92,3 +93,20 @@ class RecordingBackend:
     def die(self, handle: str, code: int | None = None, at_ms: int | None = None) -> None:
         """The run ends: with an exit status (``code``, at ``at_ms``) or lost without one."""
         self.states[handle] = RunState("exited", code, at_ms) if code is not None else RunState("lost")
+
+
+def platform_offer(
+    gpu_model: str, price_minor: int, currency: str, free: int, total: int, interruptible_minor: int | None = None
+) -> Offer:
+    """One of this platform's offers as ``danlu.compute.offers.list_offers`` returns it, for the advisor."""
+    return Offer(
+        gpu_model,
+        80,
+        free,
+        total,
+        total,
+        price_minor,
+        currency,
+        True,
+        interruptible_price_per_hour_minor=interruptible_minor,
+    )

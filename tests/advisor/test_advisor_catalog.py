@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from danlu.advisor import service
-from danlu.advisor.plans import PlatformOffer
 from danlu.advisor.workload import build_workload
 from danlu.catalog import prices
 from danlu.catalog.gpu_models import gpu_models
 from danlu.cli import output
 from danlu.cli.main import app as cli_app
+from tests.fakes import platform_offer
 
 TODAY = date(2026, 12, 2)
 W = build_workload(params=7e9, tokens=1e9)
@@ -230,7 +230,7 @@ def test_compare_and_advise_rows_carry_source_and_date(monkeypatch: pytest.Monke
         assert r["source"] and r["source_label"] and date.fromisoformat(r["as_of"])
     lam = next(r for r in service.compare("H100-80GB") if r["provider"] == "Lambda")
     assert "skypilot" in lam["source"] and lam["source_label"] == "SkyPilot lambda"
-    offer = PlatformOffer("H100-80GB", 2500, "CNY", free=8, total=8)
+    offer = platform_offer("H100-80GB", 2500, "CNY", free=8, total=8)
     opts = service.advise(W, today=TODAY, platform_offers=[offer]).options
     mine = next(o.to_dict() for o in opts if o.provider == "this platform")
     assert mine["source"] == "this platform" and mine["as_of"] is None

@@ -11,12 +11,13 @@ import pytest
 
 from danlu.advisor import service
 from danlu.advisor.plan_recommender import UsageProfile, recommend_plan
-from danlu.advisor.plans import PLAN_PRICERS, PlatformOffer, PlatformPlans
+from danlu.advisor.plans import PLAN_PRICERS, PlatformPlans
 from danlu.advisor.rent_buy import BuyInputs, rent_or_buy
 from danlu.advisor.workload import build_workload
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.catalog import prices
 from danlu.core.errors import InvalidInput
+from tests.fakes import platform_offer
 
 TODAY = date(2026, 12, 2)
 W = build_workload(params=7e9, tokens=1e9)
@@ -33,7 +34,7 @@ def test_first_fitting_option_is_the_cheapest_and_non_fitting_follow() -> None:
 
 
 def test_currencies_are_never_mixed_and_platform_currency_ranks_first() -> None:
-    offer = PlatformOffer("H100-80GB", 2500, "CNY", free=8, total=8, interruptible_price_per_hour_minor=1000)
+    offer = platform_offer("H100-80GB", 2500, "CNY", free=8, total=8, interruptible_minor=1000)
     res = service.advise(W, today=TODAY, platform_offers=[offer])
     assert res.primary_currency == "CNY"
     assert res.options[0].currency == "CNY" and res.options[0].provider == "this platform"
@@ -49,12 +50,10 @@ def test_currencies_are_never_mixed_and_platform_currency_ranks_first() -> None:
 
 
 def test_off_peak_and_packages_exist_only_when_configured_and_respect_the_deadline() -> None:
-    offer = PlatformOffer("H100-80GB", 2500, "CNY", free=8, total=8)
+    offer = platform_offer("H100-80GB", 2500, "CNY", free=8, total=8)
     plain = service.advise(W, today=TODAY, platform_offers=[offer], include_public=False)
     assert {o.plan for o in plain.options} == {"on-demand"}
-    plans = PlatformPlans(
-        offpeak_discount_pct=Decimal(40), offpeak_hours_per_day=8, terms={"package-day": 1000}
-    )
+    plans = PlatformPlans(offpeak_discount_pct=Decimal(40), offpeak_hours_per_day=8, terms={"package-day": 1000})
     rich = service.advise(W, today=TODAY, platform_offers=[offer], platform_plans=plans, include_public=False)
     assert {"on-demand", "off-peak", "package-day"} <= {o.plan for o in rich.options}
     od = next(o for o in rich.options if o.plan == "on-demand" and o.gpu_count == 8)

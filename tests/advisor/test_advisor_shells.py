@@ -15,10 +15,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from danlu.advisor.plans import PlatformOffer
 from danlu.api import errors
 from danlu.api.routers.advice import router
 from danlu.cli.main import app as cli_app
+from tests.fakes import Offer, platform_offer
 
 CONTRACT = [
     "advise",
@@ -36,7 +36,7 @@ CONTRACT = [
 ]
 
 
-def _api(offers: list[PlatformOffer]) -> TestClient:
+def _api(offers: list[Offer]) -> TestClient:
     app = FastAPI()
     errors.install(app)
     app.include_router(router, prefix="/api/v1")
@@ -100,7 +100,7 @@ def test_server_configured_but_unreachable_is_an_error_not_a_fallback(monkeypatc
 
 
 def test_advise_via_server_includes_platform_offers(monkeypatch: pytest.MonkeyPatch) -> None:
-    client = _api([PlatformOffer("A100-80GB", 900, "CNY", free=8, total=8)])
+    client = _api([platform_offer("A100-80GB", 900, "CNY", free=8, total=8)])
     seen: dict[str, Any] = {}
 
     def fake_post(url: str, json: dict[str, Any], headers: dict[str, str], timeout: float) -> Any:

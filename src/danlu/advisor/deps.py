@@ -8,15 +8,15 @@ route's dependencies on every request, which cost a third of our throughput.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fastapi import Request
 
 from danlu.advisor.plans import PlatformOffer, PlatformPlans
 
 
-def get_platform_offers(request: Request) -> list[PlatformOffer]:
-    provider: Callable[[], list[PlatformOffer]] | None = getattr(request.app.state, "platform_offers", None)
+def get_platform_offers(request: Request) -> Sequence[PlatformOffer]:
+    provider: Callable[[], Sequence[PlatformOffer]] | None = getattr(request.app.state, "platform_offers", None)
     return provider() if provider is not None else []
 
 

@@ -14,22 +14,30 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, localcontext
+from typing import Protocol
 
 from danlu.billing.commitments import TERMS, format_bp, hold_price
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.core.money import exponent, round_minor
 
 
-@dataclass(frozen=True, slots=True)
-class PlatformOffer:
-    """GPUs of one model on this platform, as the lead's offer service reports them."""
+class PlatformOffer(Protocol):
+    """What the advisor reads of one of this platform's offers: ``danlu.compute.offers.Offer`` is one,
+    handed over as it is (no copy that could drop a field: until issue 27 an adapter in ``api/app.py``
+    copied four fields and lost the interruptible price). Unpriced offers are not ranked."""
 
-    gpu_model: str
-    price_per_hour_minor: int  # per GPU-hour, on demand
-    currency: str
-    free: int
-    total: int
-    interruptible_price_per_hour_minor: int | None = None
+    @property
+    def gpu_model(self) -> str: ...
+    @property
+    def price_per_hour_minor(self) -> int | None: ...  # per GPU-hour, on demand
+    @property
+    def currency(self) -> str: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def interruptible_price_per_hour_minor(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)

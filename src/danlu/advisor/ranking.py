@@ -96,6 +96,8 @@ def platform_sources(offers: Iterable[PlatformOffer], plans: PlatformPlans) -> l
     out = []
     minor = Decimal(1)
     for o in offers:
+        if o.price_per_hour_minor is None:
+            continue  # not for rent until the operator prices it
         scale = minor.scaleb(-exponent(o.currency))
         spot = o.interruptible_price_per_hour_minor
         out.append(

@@ -216,7 +216,7 @@ def hourly_rate_for(
     row in use (the newest of its instance; not an outlier unless ``include_outliers``)."""
     names = set(models_matching(gpu))
     for o in platform_offers:
-        if o.gpu_model in names:
+        if o.gpu_model in names and o.price_per_hour_minor is not None:
             return Decimal(o.price_per_hour_minor).scaleb(-exponent(o.currency)), o.currency, "this platform"
     rows = [r for r in price_catalog().usable(include_outliers) if r.gpu_model in names and r.currency == "USD"]
     if not rows:

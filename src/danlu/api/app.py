@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from danlu import __version__, console
 from danlu.access import sessions
-from danlu.advisor.plans import PlatformOffer, PlatformPlans, offpeak_window
+from danlu.advisor.plans import PlatformPlans, offpeak_window
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
@@ -99,7 +99,7 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
         app.state.ssh = gateway
         app.router.on_startup.append(gateway.start)
         app.router.on_shutdown.append(gateway.stop)
-    app.state.platform_offers = lambda: platform_offers_for_advice(platform)
+    app.state.platform_offers = lambda: list_offers(platform)
     app.state.platform_plans = lambda: platform_plans_for_advice(platform)
 
     install_docs(app)
@@ -201,12 +201,3 @@ def platform_plans_for_advice(p: Platform) -> PlatformPlans:
     if window is None:
         return PlatformPlans(terms=on_sale)
     return PlatformPlans(offpeak_discount_pct=window[0], offpeak_hours_per_day=window[1], terms=on_sale)
-
-
-def platform_offers_for_advice(p: Platform) -> list[PlatformOffer]:
-    """This platform's priced offers, for the advisor to rank beside the public catalog."""
-    return [
-        PlatformOffer(o.gpu_model, o.price_per_hour_minor, o.currency, o.free, o.total)
-        for o in list_offers(p)
-        if o.price_per_hour_minor is not None
-    ]

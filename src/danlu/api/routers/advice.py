@@ -7,6 +7,7 @@ read this platform's offers; by default advice uses the public catalog only.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any
@@ -84,7 +85,7 @@ SOURCE_LABEL_TEXT = "short name of source for tables: FSDL cloud-gpus, SkyPilot 
 AS_OF_TEXT = "the day the price was observed (YYYY-MM-DD; the source's list date where the row carries none)"
 OUTLIER_TEXT = "the price is far below the other providers' median (under 1/3): shown only with include_outliers"
 
-OffersDep = Annotated[list[PlatformOffer], Depends(get_platform_offers)]
+OffersDep = Annotated[Sequence[PlatformOffer], Depends(get_platform_offers)]
 PlansDep = Annotated[PlatformPlans, Depends(get_platform_plans)]
 
 
