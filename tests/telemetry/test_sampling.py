@@ -20,7 +20,7 @@ from danlu.db.models import Event, Instance, MetricSample, User
 from danlu.notify import feed
 from danlu.scheduling import jobs
 from danlu.scheduling.live import schedule_round
-from danlu.telemetry import query
+from danlu.telemetry import idle, query
 from danlu.telemetry.idle import enforce
 from danlu.telemetry.limits import RunLimits
 from danlu.telemetry.retention import Retention
@@ -168,6 +168,27 @@ def test_a_jobs_idle_run_is_stopped_and_the_job_fails_with_the_reason(p: Platfor
     schedule_round(p)  # jobs observe their runs there (settle_runs)
     view = jobs.show(p, ann, job.id)
     assert view.status == "failed" and view.status_reason.startswith("idle:")  # not queued to run again
+
+
+def test_a_jobs_run_stopped_by_its_limit_fails_by_its_typed_cause_not_the_words_of_its_reason(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: whether a job fails or is requeued was read from the prefix of the free-text reason
+    ("idle:"); a reworded (or translated) reason requeued a job its own limit had stopped."""
+    ann = renter(p, "ann", "100.00")
+    monkeypatch.setattr(idle, "idle_reason", lambda *a, **k: "GPUs unused for 30 s")  # no "idle:" prefix
+    job = jobs.submit(p, ann, ["python", "train.py"], 1, ["A100-80GB"], limits=RunLimits(30, 50, None))
+    schedule_round(p)
+    with p.db.read() as s:
+        run = s.execute(select(Instance.id).where(Instance.job_id == job.id)).scalar_one()
+    loop = Loop(p, fake_clock)
+    assert steps_until_stopped(loop, run, lambda k: IDLE, 20) is not None
+    assert status(p, run).stop_cause == "idle"
+    loop.backend.die(status(p, run).run_handle or "", 143, fake_clock.now_ms())
+    reconcile(p)
+    schedule_round(p)
+    view = jobs.show(p, ann, job.id)
+    assert view.status == "failed" and view.status_reason == "GPUs unused for 30 s"
 
 
 def test_retention_folds_raw_into_minutes_and_hours_with_weighted_means_and_bounded_rows(

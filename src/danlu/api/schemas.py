@@ -23,6 +23,7 @@ from danlu.compute.envvars import MAX_VARS
 from danlu.compute.hosts import cpus_text
 from danlu.compute.images import NAME_RE as IMAGE_NAME_RE
 from danlu.compute.instances import MAX_COMMAND_ARGS
+from danlu.compute.lifecycle import StopCause
 from danlu.compute.offers import Offer
 from danlu.compute.sandbox.network import POLICIES
 from danlu.compute.schedules import ScheduleView
@@ -504,6 +505,10 @@ class InstanceOut(BaseModel):
     idle_threshold: str = Field("5.0", description="idle means every GPU under this percentage")
     max_duration_s: int | None = Field(None, description="a run is stopped after this many seconds")
     stop_reason: str = Field("", description="why it last stopped (for an idle stop: what was measured)")
+    stop_cause: str = Field(
+        "",
+        description="why it last stopped, as a word to act on: " + ", ".join(StopCause) + "; empty if it never stopped",
+    )
     schedule: ScheduleOut | None = Field(None, description="its start/stop schedule; `show` only")
     hints: list[str] = Field(
         default_factory=list, description="efficiency hints from the last 10 minutes' samples; `show` only"
@@ -549,6 +554,7 @@ class InstanceOut(BaseModel):
             idle_threshold=f"{v.idle_threshold_pm // 10}.{v.idle_threshold_pm % 10}",
             max_duration_s=v.max_duration_s,
             stop_reason=v.stop_reason,
+            stop_cause=v.stop_cause,
             backend_ref=v.backend_ref,
             last_used_at=iso(v.last_used_ms),
             last_used_by=v.last_used_by,

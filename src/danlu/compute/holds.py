@@ -45,7 +45,7 @@ from danlu.billing.terms import TermView, current_terms, offered, view
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, instances
 from danlu.compute.instances import continue_on_demand, request_stop, terminate_runs, transition
-from danlu.compute.lifecycle import Status
+from danlu.compute.lifecycle import Status, StopCause
 from danlu.compute.quotas import check_member_quota, check_quota
 from danlu.compute.runs import check_may_run
 from danlu.compute.views import InstanceView
@@ -432,7 +432,9 @@ def _end(p: Platform, s: Session, h: Hold, at_ms: int, state: str, reason: str, 
         if h.on_expiry == "on-demand":
             continue_on_demand(s, inst, at_ms, reason)
         elif inst.status == Status.RUNNING:
-            out.handles.append(request_stop(p, s, inst, reason, p.settings.stop_grace_s, billing_end_ms=at_ms))
+            out.handles.append(
+                request_stop(p, s, inst, StopCause.HOLD_ENDED, reason, p.settings.stop_grace_s, billing_end_ms=at_ms)
+            )
         elif inst.status == Status.PENDING:  # a launch in this process sees this and kills its prepared run
             if inst.run_handle is None and not instances.is_launching(p, inst.id):
                 out.orphans.append(inst.id)  # left by a server that died while launching it

@@ -29,7 +29,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, fstree, images
 from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
-from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, check_transition
+from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause, check_transition
 from danlu.compute.quotas import check_member_quota, check_quota
 from danlu.compute.runs import (
     build_spec,
@@ -504,7 +504,9 @@ def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
         if inst.status == Status.RUNNING and inst.run_handle is not None:
             # A backend with its own records (Slurm) ends the run itself; billing ends when it says.
             ended_ms = p.backend.cancel(inst.run_handle)
-        handle = request_stop(p, s, inst, "stop requested by user", p.settings.stop_grace_s, billing_end_ms=ended_ms)
+        handle = request_stop(
+            p, s, inst, StopCause.USER, "stop requested by user", p.settings.stop_grace_s, billing_end_ms=ended_ms
+        )
     if ended_ms is None:
         terminate_runs(p, [handle])
     else:
@@ -525,7 +527,14 @@ def terminate_runs(p: Platform, handles: Iterable[str | None]) -> None:
 
 
 def request_stop(
-    p: Platform, s: Session, inst: Instance, reason: str, grace_s: int, *, billing_end_ms: int | None = None
+    p: Platform,
+    s: Session,
+    inst: Instance,
+    cause: StopCause,
+    reason: str,
+    grace_s: int,
+    *,
+    billing_end_ms: int | None = None,
 ) -> str | None:
     """running → stopping inside the caller's transaction; returns the run handle the caller
     terminates after commit; the control loop kills it once ``kill_after_ms`` has passed. Billing
@@ -533,18 +542,18 @@ def request_stop(
     now = p.clock.now_ms()
     # billing ends; GPUs wait for the process
     transition(s, inst, Status.STOPPING, reason, now, "stop", billing_end_ms=billing_end_ms)
-    inst.stop_reason = reason
+    inst.stop_cause, inst.stop_reason = cause, reason
     inst.kill_after_ms = now + grace_s * 1000
     return inst.run_handle
 
 
-def policy_stop(p: Platform, s: Session, inst: Instance, reason: str) -> str | None:
+def policy_stop(p: Platform, s: Session, inst: Instance, cause: StopCause, reason: str) -> str | None:
     """A stop the platform decides (idle, maximum duration, schedule), inside the caller's
     transaction: the preemption notice (the deadline file, SIGTERM after commit, the kill at the
     deadline) with billing ending now; returns the run handle to terminate after commit."""
     grace = p.settings.preempt_notice_s
     write_preempt_deadline(p, inst.id, p.clock.now_ms() + grace * 1000)
-    return request_stop(p, s, inst, reason, grace)
+    return request_stop(p, s, inst, cause, reason, grace)
 
 
 def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reason: str) -> str | None:
@@ -556,6 +565,7 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     now = p.clock.now_ms()
     old_id = inst.current_allocation_id
     transition(s, inst, Status.STOPPING, reason, now, "preempt")
+    inst.stop_cause, inst.stop_reason = StopCause.PREEMPTED, reason
     old = s.get(Allocation, old_id) if old_id is not None else None
     notice = _new_allocation(s, inst, "interruptible", now)
     _move_gpus(s, inst, old, notice)

@@ -19,6 +19,26 @@ class Status(StrEnum):
     DESTROYED = "destroyed"
 
 
+class StopCause(StrEnum):
+    """Why a run was stopped, typed (``instances.stop_cause``; the words are in ``stop_reason``). Whatever
+    acts on a stop decides from this, never from the words: a job whose run its own limit stopped fails,
+    one stopped for any other cause is queued again (danlu.scheduling.jobs.on_run_finished)."""
+
+    USER = "user"  # `danlu stop`
+    IDLE = "idle"  # the run's idle auto-stop (danlu.telemetry.idle)
+    MAX_DURATION = "max_duration"  # the run's maximum duration
+    SCHEDULE = "schedule"  # the rental's start/stop schedule (danlu.compute.schedules)
+    BUDGET_CAP = "budget_cap"  # a hard budget reached (danlu.compute.reconcile)
+    BALANCE = "balance"  # the payer's balance ran out
+    HOLD_ENDED = "hold_ended"  # the package or reservation it ran on ended (danlu.compute.holds)
+    OPERATOR = "operator"  # the operator stopped it, or suspended the account (danlu.compute.operator)
+    JOB_CANCELLED = "job_cancelled"  # `danlu job cancel`
+    PREEMPTED = "preempted"  # the scheduler took the GPUs back, with notice (danlu.scheduling.live)
+
+
+# The renter's own limits: a job run stopped by one of these fails rather than runs again.
+RENTERS_LIMITS = frozenset({StopCause.IDLE, StopCause.MAX_DURATION})
+
 S = Status
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.PENDING: frozenset({S.RUNNING, S.EXITED, S.LOST, S.FAILED, S.STOPPED, S.DESTROYED}),

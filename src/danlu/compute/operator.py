@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from danlu.accounts.service import get_user_by_name
 from danlu.compute import instances
-from danlu.compute.lifecycle import HAS_PROCESS, Status
+from danlu.compute.lifecycle import HAS_PROCESS, Status, StopCause
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
@@ -45,7 +45,7 @@ def stop_instance(p: Platform, instance_id: str, reason: str) -> InstanceView:
     user = _owner(p, instance_id)
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
-        handle = instances.request_stop(p, s, inst, why, p.settings.stop_grace_s)
+        handle = instances.request_stop(p, s, inst, StopCause.OPERATOR, why, p.settings.stop_grace_s)
     instances.terminate_runs(p, [handle])
     return show(p, user, instance_id)
 
@@ -73,7 +73,11 @@ def suspend_user(p: Platform, name: str, reason: str) -> int:
             .with_for_update()
         ).all()
         for inst in running:
-            handles.append(instances.request_stop(p, s, inst, f"account suspended: {why}", p.settings.stop_grace_s))
+            handles.append(
+                instances.request_stop(
+                    p, s, inst, StopCause.OPERATOR, f"account suspended: {why}", p.settings.stop_grace_s
+                )
+            )
     instances.terminate_runs(p, handles)
     return len(handles)
 

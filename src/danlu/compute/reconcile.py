@@ -35,7 +35,7 @@ from danlu.billing.metering import exhaustion_ms, meter_account, open_allocation
 from danlu.compute import fstree, holds
 from danlu.compute.backends.base import RunState
 from danlu.compute.instances import end_storage, is_launching, request_stop, terminate_runs, transition
-from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status
+from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
 from danlu.compute.runs import write_preempt_deadline
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -356,7 +356,11 @@ def stop_capped(p: Platform, instance_ids: list[str]) -> None:
         ).all():
             grace = p.settings.preempt_notice_s
             write_preempt_deadline(p, inst.id, p.clock.now_ms() + grace * 1000)
-            handles.append(request_stop(p, s, inst, "hard budget cap reached: raise the budget to start again", grace))
+            handles.append(
+                request_stop(
+                    p, s, inst, StopCause.BUDGET_CAP, "hard budget cap reached: raise the budget to start again", grace
+                )
+            )
     terminate_runs(p, handles)
 
 
@@ -377,6 +381,13 @@ def stop_all_for_exhausted(p: Platform, billing_account_id: int) -> None:
         ).all()
         for inst in insts:
             handles.append(
-                request_stop(p, s, inst, "balance exhausted: top up to start again", p.settings.exhausted_grace_s)
+                request_stop(
+                    p,
+                    s,
+                    inst,
+                    StopCause.BALANCE,
+                    "balance exhausted: top up to start again",
+                    p.settings.exhausted_grace_s,
+                )
             )
     terminate_runs(p, handles)

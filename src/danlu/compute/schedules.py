@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 
 from danlu.compute import instances
-from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status
+from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status, StopCause
 from danlu.compute.timetable import Timetable, parse_time
 from danlu.compute.views import get_owned
 from danlu.context import Platform
@@ -141,7 +141,7 @@ def _act(p: Platform, instance_id: str, acted_until: int, now: int, tz: ZoneInfo
         if action == "stop" and inst.status == Status.PENDING.value:
             return action, "pending: left to start"  # a launch in flight; the next boundary decides
         if action == "stop" and inst.status == Status.RUNNING.value:
-            handle = instances.policy_stop(p, s, inst, what)
+            handle = instances.policy_stop(p, s, inst, StopCause.SCHEDULE, what)
             s.add(instance_event(inst, "schedule_stop", what, now))
         elif action == "start" and Status(inst.status) in KEEPS_WORKSPACE:
             start_for = s.get(User, inst.user_id)

@@ -192,6 +192,7 @@ class InstanceView:
     idle_threshold_pm: int = 50
     max_duration_s: int | None = None
     stop_reason: str = ""
+    stop_cause: str = ""  # lifecycle.StopCause, or "" if it never stopped
     backend_ref: str | None = None  # where its current or last run is (slurm:JOBID, local:PID); `show` only
     last_used_ms: int | None = None  # a person's last use (telemetry.activity); `show` only
     last_used_by: str | None = None
@@ -320,6 +321,7 @@ def _view(listed: _Listed, ctx: _Context) -> InstanceView:
         idle_threshold_pm=inst.idle_threshold_pm,
         max_duration_s=inst.max_duration_s,
         stop_reason=inst.stop_reason,
+        stop_cause=inst.stop_cause,
     )
 
 
@@ -410,6 +412,7 @@ _INSTANCE_COLUMNS = (
     Instance.idle_threshold_pm,
     Instance.max_duration_s,
     Instance.stop_reason,
+    Instance.stop_cause,
 )
 _ALLOCATION_COLUMNS = (
     Allocation.id,

@@ -301,6 +301,7 @@ class Instance(Base):
     idle_threshold_pm: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
     max_duration_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     stop_reason: Mapped[str] = mapped_column(Text, default="", server_default="")  # why it last stopped
+    stop_cause: Mapped[str] = mapped_column(String(24), default="", server_default="")  # lifecycle.StopCause
 
 
 class InstanceEvent(Base):

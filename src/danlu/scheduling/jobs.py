@@ -29,7 +29,7 @@ from danlu.compute.allocations import capacity
 from danlu.compute.envvars import validate_env
 from danlu.compute.instances import check_command_args, is_launching, request_stop, terminate_runs
 from danlu.compute.instances import transition as transition_instance
-from danlu.compute.lifecycle import HAS_PROCESS
+from danlu.compute.lifecycle import HAS_PROCESS, RENTERS_LIMITS, StopCause
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.runs import check_may_run
 from danlu.context import Platform
@@ -48,7 +48,6 @@ from danlu.scheduling.lifecycle import SUCCEEDED as SUCCEEDED
 from danlu.scheduling.lifecycle import TERMINAL as TERMINAL
 from danlu.scheduling.lifecycle import How, RunEnd, after_run
 from danlu.scheduling.model import PRIORITIES
-from danlu.telemetry.idle import is_policy_stop
 from danlu.telemetry.limits import RunLimits
 
 
@@ -261,7 +260,9 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
         elif job.current_instance_id is not None:
             inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
             if inst is not None and inst.status == InstanceStatus.RUNNING:
-                handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
+                handle = request_stop(
+                    p, s, inst, StopCause.JOB_CANCELLED, "job cancelled by user", p.settings.stop_grace_s
+                )
             elif inst is not None and inst.status == InstanceStatus.PENDING and is_launching(p, inst.id):
                 # Its launch (in this process) sees the instance stopped and kills the prepared run.
                 transition_instance(s, inst, InstanceStatus.STOPPED, "job cancelled by user", now, "stop")
@@ -297,7 +298,9 @@ def settle_runs(p: Platform) -> int:
                 on_run_finished(p, s, job, inst, now)
                 changed += 1
             elif job.cancel_requested and inst.status == InstanceStatus.RUNNING:
-                handle = request_stop(p, s, inst, "job cancelled by user", p.settings.stop_grace_s)
+                handle = request_stop(
+                    p, s, inst, StopCause.JOB_CANCELLED, "job cancelled by user", p.settings.stop_grace_s
+                )
                 changed += 1
         terminate_runs(p, [handle])
     return changed
@@ -320,7 +323,7 @@ def on_run_finished(p: Platform, s: Session, job: Job, inst: Instance, now_ms: i
         how, failures = "never_started", _losses(s, job, InstanceStatus.FAILED)
     elif status == InstanceStatus.LOST:
         how, failures = "lost", _losses(s, job)
-    elif is_policy_stop(inst.stop_reason):
+    elif inst.stop_cause in RENTERS_LIMITS:
         how = "limit"
     else:
         how = "stopped"

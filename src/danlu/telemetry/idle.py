@@ -19,7 +19,7 @@ from itertools import pairwise
 from sqlalchemy import or_, select
 
 from danlu.compute.instances import policy_stop, terminate_runs
-from danlu.compute.lifecycle import Status
+from danlu.compute.lifecycle import Status, StopCause
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.db.models import Allocation, Event, Instance, MetricSample
@@ -28,11 +28,6 @@ from danlu.notify.feed import instance_event
 IDLE = "idle:"
 OVERTIME = "maximum duration:"
 SLACK_MS = 1000
-
-
-def is_policy_stop(reason: str) -> bool:
-    """A stop the renter's own limits asked for (a job run so stopped fails rather than requeues)."""
-    return reason.startswith((IDLE, OVERTIME))
 
 
 def _pct(pm: float) -> str:
@@ -182,7 +177,8 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
                 if not _warned(p, v):
                     s.add(instance_event(inst, v.kind, v.reason, p.clock.now_ms()))
                 continue
-            handles.append(policy_stop(p, s, inst, v.reason))
+            cause = StopCause.MAX_DURATION if v.kind == "max_duration" else StopCause.IDLE
+            handles.append(policy_stop(p, s, inst, cause, v.reason))
             s.add(instance_event(inst, v.kind, v.reason, p.clock.now_ms()))
             stopped.append(inst.id)
     terminate_runs(p, handles)
