@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from danlu.cli.simulate_cmds import reference_rows, run_simulation
+from danlu.scheduling.replay import reference_rows, run_simulation
 from danlu.scheduling.scenario import load_scenario
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from danlu.api.app import create_app
 from danlu.compute import instances as svc
+from danlu.server.app import create_app
 
 sys.path.insert(0, str(Path(__file__).parent))
 from session_latency import build

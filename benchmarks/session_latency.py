@@ -33,15 +33,15 @@ from websockets.sync.client import connect
 
 from danlu.access import protocol
 from danlu.accounts.service import create_user
-from danlu.api.app import create_app
+from danlu.backend import EnterRequest
 from danlu.billing import service as billing
 from danlu.compute import instances as svc
-from danlu.compute.backends.base import EnterRequest
 from danlu.compute.gpus import parse_simulated_spec
 from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
+from danlu.server.app import create_app
 from danlu.server.bootstrap import bootstrap
 
 TARGET_MS = 150.0

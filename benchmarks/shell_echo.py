@@ -30,7 +30,7 @@ import uvicorn
 from websockets.sync.client import connect
 
 from danlu.access import protocol
-from danlu.api.app import create_app
+from danlu.server.app import create_app
 
 sys.path.insert(0, str(Path(__file__).parent))
 from session_latency import build

@@ -40,6 +40,7 @@ from danlu.accounts.service import create_user
 from danlu.billing import service as billing
 from danlu.compute import instances as svc
 from danlu.compute.gpus import parse_simulated_spec
+from danlu.compute.limits import RunLimits
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings
@@ -48,7 +49,6 @@ from danlu.db.engine import open_database
 from danlu.db.models import Instance
 from danlu.server.bootstrap import bootstrap
 from danlu.telemetry.idle import enforce, idle_reason
-from danlu.telemetry.limits import RunLimits
 from danlu.telemetry.sampler import Sampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -22,12 +22,12 @@ import httpx
 import pytest
 import uvicorn
 
-from danlu.api.app import create_app
 from danlu.compute.gpus import parse_simulated_spec
 from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
 from danlu.core.clock import Clock, FakeClock, SystemClock
 from danlu.db.engine import open_database
+from danlu.server.app import create_app
 from danlu.server.bootstrap import bootstrap
 
 PG_URL = os.environ.get("DANLU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

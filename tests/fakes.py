@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from danlu.compute.backends.base import RUNNING, RunSpec, RunState, RunUsage
+from danlu.backend import RUNNING, RunSpec, RunState, RunUsage
 from danlu.compute.offers import Offer
 
 

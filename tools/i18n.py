@@ -21,6 +21,7 @@ from babel.messages.pofile import read_po, write_po
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSOLE = ROOT / "src" / "danlu" / "console"
+LOCALE = ROOT / "src" / "danlu" / "i18n" / "locale"
 LANGS = ("zh_CN",)
 METHODS = [("templates/**.html", "jinja2"), ("*.py", "python")]
 OPTIONS = {"templates/**.html": {"extensions": ""}}
@@ -43,7 +44,7 @@ def extract() -> Catalog:
 
 
 def po_path(lang: str) -> Path:
-    return CONSOLE / "locale" / lang / "LC_MESSAGES" / "messages.po"
+    return LOCALE / lang / "LC_MESSAGES" / "messages.po"
 
 
 def missing(pot: Catalog, lang: str) -> list[str]:

@@ -8,13 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from danlu.compute.backends.base import Backend
-from danlu.compute.sandbox.status import SandboxStatus
+from danlu.backend import Backend, SandboxStatus
+from danlu.core.activity import Activity
 from danlu.core.clock import Clock
 from danlu.core.throttle import Throttle
 from danlu.db.engine import Database
-from danlu.telemetry.activity import Activity
-from danlu.telemetry.retention import Retention
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long telemetry samples are kept at each resolution (docs/telemetry.md), an operator setting."""
+
+    raw_s: int = 3600  # every sample, for an hour
+    minute_s: int = 7 * 86400  # 1-minute averages, for a week
+    hour_s: int = 365 * 86400  # 1-hour averages, for a year
 
 
 @dataclass

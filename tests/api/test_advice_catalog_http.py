@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from danlu.advisor import service
-from danlu.api.app import create_app
 from danlu.cli.main import app as cli_app
 from danlu.core.clock import SystemClock
+from danlu.server.app import create_app
 from tests.conftest import make_platform
 
 warnings.filterwarnings("ignore", message=".*httpx2.*")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from danlu.api.app import create_app
 from danlu.billing import service as billing
 from danlu.core.clock import SystemClock
+from danlu.server.app import create_app
 from tests.conftest import make_platform
 
 

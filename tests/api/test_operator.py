@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
+from danlu.backend import SandboxStatus
 from danlu.compute.hosts import cpus_text, machine_defaults
-from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.clock import SystemClock
 from tests.conftest import LiveServer, make_platform, wait_for
 

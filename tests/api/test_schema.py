@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from danlu.api.app import create_app
 from danlu.core.clock import SystemClock
+from danlu.server.app import create_app
 from tests.conftest import make_platform
 
 warnings.filterwarnings("ignore", message=".*httpx2.*")

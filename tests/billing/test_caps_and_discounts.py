@@ -7,9 +7,9 @@ import pytest
 from sqlalchemy import select
 
 from danlu.accounts import teams
+from danlu.accounts.payers import personal_account
 from danlu.billing import budgets, student, vouchers
 from danlu.billing import service as billing
-from danlu.billing.accounts import personal_account
 from danlu.compute import instances, views
 from danlu.compute.reconcile import meter_all
 from danlu.compute.runs import PREEMPT_FILE

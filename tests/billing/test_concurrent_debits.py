@@ -108,7 +108,8 @@ def test_stops_racing_meter_passes_never_deadlock(platform: Platform) -> None:
 def test_twenty_debits_of_ten_on_a_team_balance_of_a_hundred_take_exactly_ten(platform: Platform) -> None:
     """Issue 9: a team's shared balance under concurrent spenders — exactly ten of twenty succeed."""
     from danlu.accounts import teams
-    from danlu.billing.accounts import cash_account, personal_account
+    from danlu.accounts.payers import personal_account
+    from danlu.billing.accounts import cash_account
 
     with platform.db.write() as s:
         owner, _ = create_user(s, "teamowner", 0)

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import func, select
 
 from danlu.accounts import teams
+from danlu.accounts.payers import personal_account
 from danlu.billing import budgets, invoices, terms
 from danlu.billing import service as billing
-from danlu.billing.accounts import personal_account
 from danlu.compute import allocations, holds, instances
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform

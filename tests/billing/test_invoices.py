@@ -13,13 +13,13 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from danlu.accounts import teams
+from danlu.accounts.payers import personal_account
 from danlu.accounts.service import create_user
 from danlu.billing import invoices, vouchers
 from danlu.billing import service as billing
-from danlu.billing.accounts import personal_account
-from danlu.billing.cost import explain_cost, spread
 from danlu.billing.invoice_render import render
 from danlu.compute import instances, views
+from danlu.compute.cost import explain_cost, spread
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.core.clock import FakeClock

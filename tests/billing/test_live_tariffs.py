@@ -51,7 +51,7 @@ def test_usage_across_a_tariff_boundary_is_billed_exactly_30_s_at_each_rate(p: P
     check_books(p)
     # `danlu cost` says the multiplier of the tariff part, so its rate times its seconds is its amount (it
     # showed only the list price beside 0.15 for 30 s: a newcomer could not reconcile it)
-    from danlu.billing.cost import explain_cost
+    from danlu.compute.cost import explain_cost
 
     lines = explain_cost(p, user, inst.id).as_dict()["lines"]
     assert [(x["tariff"], x["seconds"], x["price_per_hour"], x["multiplier"], x["amount"]) for x in lines] == [  # type: ignore[union-attr]

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from danlu.accounts.payers import personal_account
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
-from danlu.billing.accounts import personal_account
 from danlu.billing.metering import meter_account, open_allocations_by_account
 from danlu.compute import instances
 from danlu.compute.reconcile import meter_all, reconcile

@@ -9,10 +9,11 @@ import threading
 import pytest
 from sqlalchemy import select
 
-from danlu.accounts.service import create_user
+from danlu.accounts.payers import personal_account
 from danlu.billing import service as billing
 from danlu.billing import vouchers
-from danlu.billing.accounts import personal_account, system_account
+from danlu.billing.accounts import system_account
+from danlu.billing.signup import sign_up
 from danlu.compute import instances
 from danlu.compute.reconcile import meter_all
 from danlu.context import Platform
@@ -35,7 +36,7 @@ def p(platform: Platform) -> Platform:
 
 def renter(p: Platform, name: str, topup: str | None = None) -> User:
     with p.db.write() as s:
-        user, _ = create_user(s, name, p.clock.now_ms())
+        user, _ = sign_up(s, name, p.clock.now_ms())
         s.expunge(user)
     if topup:
         billing.admin_topup(p, name, topup, key=f"seed-{name}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from danlu.compute.backends.base import Device, ImageRoot, Limits, RunSpec
+from danlu.backend import Device, ImageRoot, Limits, RunSpec
 from danlu.compute.sandbox.bwrap import Entry, bwrap_args, environment, host_image_entries, passwd_files
 
 LIMITS = Limits(1000, 1 << 30, 64, 1 << 30)

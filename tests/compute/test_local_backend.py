@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from danlu.compute.backends.base import Limits, RunSpec, RunUsage
+from danlu.backend import Limits, RunSpec, RunUsage
 from danlu.compute.backends.local import LocalBackend
 from danlu.compute.sandbox.netstat import parse_net_dev
 from danlu.compute.sandbox.probe import make_local_backend
@@ -237,7 +237,7 @@ def test_net_dev_counts_every_interface_but_loopback() -> None:
 def test_a_log_offset_past_the_end_reads_nothing_at_any_size_the_api_allows(tmp_path: Path) -> None:
     """Offsets up to 2^62 are valid (the API says so), but seeking past the file system's largest file raised
     EINVAL: ``GET /instances/ID/logs?offset=1152921504606846976`` answered 500 (found by an attacker's pass)."""
-    from danlu.compute.backends.base import MAX_OFFSET, read_log
+    from danlu.backend import MAX_OFFSET, read_log
 
     (tmp_path / "runs" / "k").mkdir(parents=True)
     (tmp_path / "runs" / "k" / "output.log").write_bytes(b"hello")

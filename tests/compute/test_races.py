@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from danlu.accounts.service import create_user
+from danlu.backend import RunSpec
 from danlu.billing import service as billing
 from danlu.compute import instances
-from danlu.compute.backends.base import RunSpec
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.views import show
 from danlu.context import Platform
@@ -191,7 +191,7 @@ def test_cancel_of_a_job_whose_launch_was_orphaned_stops_it_once_running(p: Plat
 def test_a_verdict_on_an_old_run_never_touches_the_new_one(p: Platform) -> None:
     """reconcile judged run 1 ended; before it applied that, the instance was started again (run 2).
     The stale verdict must change nothing and kill nothing (issue 8, item 3)."""
-    from danlu.compute.backends.base import RunState
+    from danlu.backend import RunState
     from danlu.compute.reconcile import _finish
 
     user = renter(p)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from danlu.compute.backends.base import Device, ImageRoot, Limits, RunSpec, spec_from_json, spec_to_json
+from danlu.backend import Device, ImageRoot, Limits, RunSpec, spec_from_json, spec_to_json
 from danlu.compute.backends.slurm import (
     JobRecord,
     judge,
@@ -169,7 +169,7 @@ def test_a_slurm_node_runner_never_sweeps_another_runs_cgroup(tmp_path: Path, mo
 def test_a_run_whose_node_runner_failed_says_so(tmp_path: Path) -> None:
     """The runner's own errors go to RUN.node-err (not /dev/null); a run that failed there reads "the
     node could not start the run's sandbox", not "command exited with code 1"."""
-    from danlu.compute.backends.base import RunState
+    from danlu.backend import RunState
     from danlu.compute.backends.slurm import SlurmBackend, SlurmConfig
 
     backend = SlurmBackend(tmp_path, SlurmConfig(partition="gpu"))

@@ -15,8 +15,8 @@ import httpx
 from sqlalchemy import select
 
 from danlu.advisor import service as advisor
-from danlu.cli.simulate_cmds import DEMO_SCENARIO, demo_dir
 from danlu.db.models import Instance, Team, User
+from danlu.scheduling.replay import DEMO_SCENARIO, demo_dir
 from danlu.scheduling.scenario import load_scenario
 from danlu.scheduling.simulator import SimSetup, simulate, summarize, to_requests
 from danlu.scheduling.traces import read_trace

@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from danlu.cli.simulate_cmds import DEMO_SCENARIO, StatusLine, demo_dir
+from danlu.cli.simulate_cmds import StatusLine
+from danlu.scheduling.replay import DEMO_SCENARIO, demo_dir
 
 DANLU = [sys.executable, "-m", "danlu.cli.main"]
 POLICIES = {"fifo", "backfill", "danlu", "danlu-cost"}

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from danlu.backend import RunUsage
 from danlu.billing import service as billing
-from danlu.compute.backends.base import RunUsage
 from danlu.compute.backends.slurm import JobRecord, SlurmBackend, SlurmCli, SlurmConfig, discover
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.sandbox.probe import make_local_backend

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from danlu.compute.limits import RunLimits, parse_seconds, parse_threshold, resolve
 from danlu.context import Settings
 from danlu.core.errors import InvalidInput
 from danlu.telemetry.idle import idle_reason, overtime_reason
-from danlu.telemetry.limits import RunLimits, parse_seconds, parse_threshold, resolve
 
 P = 5_000  # sample period, ms
 START = 1_000_000

@@ -12,8 +12,9 @@ from sqlalchemy import func, insert, select
 from danlu.accounts import teams
 from danlu.billing import service as billing
 from danlu.compute import instances
+from danlu.compute.limits import RunLimits
 from danlu.compute.reconcile import reconcile
-from danlu.context import Platform
+from danlu.context import Platform, Retention
 from danlu.core.clock import FakeClock
 from danlu.core.errors import NotFound
 from danlu.db.models import Event, Instance, MetricSample, User
@@ -22,8 +23,6 @@ from danlu.scheduling import jobs
 from danlu.scheduling.live import schedule_round
 from danlu.telemetry import idle, query
 from danlu.telemetry.idle import enforce
-from danlu.telemetry.limits import RunLimits
-from danlu.telemetry.retention import Retention
 from danlu.telemetry.sampler import Sampler
 from danlu.telemetry.store import downsample
 from tests.billing.test_metering import renter
@@ -250,7 +249,7 @@ def test_prometheus_metrics_are_open_on_the_servers_machine_and_need_the_admin_t
 ) -> None:
     from fastapi.testclient import TestClient
 
-    from danlu.api.app import create_app
+    from danlu.server.app import create_app
 
     ann = renter(p, "ann", "100.00")
     inst = rent(p, ann, idle_s=None)
@@ -304,7 +303,7 @@ def test_a_person_typing_keeps_an_idle_gpu_running_and_a_forgotten_session_does_
 ) -> None:
     """Issue 25 item 7: input in a session (or traffic through a port) restarts the idle window; the
     stop comes a whole window after the last keystroke, and `show` says what kept it alive."""
-    from danlu.telemetry.activity import KEYSTROKES
+    from danlu.core.activity import KEYSTROKES
 
     ann = renter(p, "ann", "100.00")
     inst = rent(p, ann, idle_s=30)

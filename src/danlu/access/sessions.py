@@ -1,13 +1,13 @@
 """One session's process and the registry of open sessions (this server's).
 
 A session is started by the instance's backend inside the rental's sandbox
-(danlu.compute.backends.base.Backend.enter); here it gets its descriptors (pipes, or a terminal
+(danlu.backend.Backend.enter); here it gets its descriptors (pipes, or a terminal
 whose master side the server keeps) and its end: the command exits, or the client goes away (the
 session's processes get SIGHUP, then SIGKILL after :data:`HANGUP_GRACE_S`; the rental runs on), or
 the rental stops (its sandbox ends, and every process in it).
 
 The registry counts open sessions per instance (a cap, so one renter cannot open a thousand). A
-session's input is recorded as the instance's activity (danlu.telemetry.activity), which idle
+session's input is recorded as the instance's activity (danlu.core.activity), which idle
 auto-stop reads."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import psutil
 from starlette.concurrency import run_in_threadpool
 
 from danlu.access.service import Target
-from danlu.compute.backends.base import Backend, EnterError, EnterRequest, enter_with_terminal
+from danlu.backend import Backend, EnterError, EnterRequest, enter_with_terminal
 from danlu.core.errors import Conflict, QuotaExceeded
 
 HANGUP_GRACE_S = 10.0

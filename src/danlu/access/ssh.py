@@ -36,10 +36,10 @@ from asyncssh.stream import SSHReader, SSHWriter
 from starlette.concurrency import run_in_threadpool
 
 from danlu.access import protocol, relay, service, sessions
-from danlu.compute.backends.base import EnterError
+from danlu.backend import EnterError
 from danlu.context import Platform
+from danlu.core import activity
 from danlu.core.errors import DanluError
-from danlu.telemetry import activity
 
 log = logging.getLogger(__name__)
 SFTP_SERVER = ("/usr/lib/openssh/sftp-server", "/usr/libexec/sftp-server", "/usr/lib/sftp-server")

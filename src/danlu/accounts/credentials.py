@@ -122,6 +122,21 @@ def open_session(p: Platform, user_id: int) -> tuple[str, WebSessionInfo]:
     return cookie, info
 
 
+def with_password(p: Platform) -> set[str]:
+    """The names of the users who can sign in to the console (a password is set)."""
+    with p.db.read() as s:
+        return set(s.scalars(select(User.name).where(User.password_hash.is_not(None))))
+
+
+def signed_in(p: Platform, cookie: str | None) -> tuple[User, WebSessionInfo] | None:
+    """The console's signed-in user of this cookie (detached from its session), or None."""
+    with p.db.read() as s:
+        found = session_user(s, cookie, p.clock.now_ms())
+        if found is not None:
+            s.expunge(found[0])
+        return found
+
+
 def session_user(s: Session, cookie: str | None, now_ms: int) -> tuple[User, WebSessionInfo] | None:
     """The signed-in user of this cookie, or None (no cookie, unknown, expired)."""
     if not cookie or len(cookie) > 128:

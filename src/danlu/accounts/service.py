@@ -13,8 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import create_billing_account, currency
-from danlu.billing.vouchers import grant_signup_vouchers
+from danlu.accounts.payers import create_billing_account, currency
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from danlu.db.models import ApiToken, User
@@ -41,7 +40,8 @@ def validate_name(name: str) -> str:
 
 
 def create_user(session: Session, name: str, now_ms: int, *, is_admin: bool = False) -> tuple[User, str]:
-    """Create a user with a ledger account; returns the user and its token (shown once)."""
+    """Create a user with a personal billing account; returns the user and its token (shown once). A new
+    person signs up through danlu.billing.signup, which also grants the sign-up vouchers on offer."""
     validate_name(name)
     token = new_token()
     user = User(name=name, token_hash=hash_token(token), is_admin=is_admin, created_at_ms=now_ms)
@@ -50,8 +50,7 @@ def create_user(session: Session, name: str, now_ms: int, *, is_admin: bool = Fa
         session.flush()
     except IntegrityError:
         raise Conflict("user_exists", f"a user named {name!r} already exists; pick another name") from None
-    ba = create_billing_account(session, currency(session), kind="personal", name=name, now_ms=now_ms, user_id=user.id)
-    grant_signup_vouchers(session, ba, now_ms)
+    create_billing_account(session, currency(session), kind="personal", name=name, now_ms=now_ms, user_id=user.id)
     return user, token
 
 
@@ -125,13 +124,6 @@ class UserInfo:
     @classmethod
     def of(cls, u: User) -> UserInfo:
         return cls(u.name, u.is_admin, u.suspended_reason, u.sandbox_uid, u.gpu_quota)
-
-
-def register_user(p: Platform, name: str) -> tuple[UserInfo, str]:
-    """A new renter with an account; returns it and its token (shown once)."""
-    with p.db.write() as s:
-        user, token = create_user(s, name, p.clock.now_ms())
-        return UserInfo.of(user), token
 
 
 def list_users(p: Platform) -> list[UserInfo]:

@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from danlu.accounts.service import get_user_by_name
-from danlu.billing.accounts import create_billing_account, currency, personal_account
+from danlu.accounts.payers import create_billing_account, currency, personal_account
+from danlu.accounts.service import NAME_RE, get_user_by_name
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from danlu.db.models import Account, BillingAccount, Event, Instance, Team, TeamMember, User
@@ -71,8 +71,6 @@ def _view(session: Session, team: Team, role: str) -> TeamView:
 
 
 def validate_team_name(name: str) -> str:
-    from danlu.accounts.service import NAME_RE
-
     if not NAME_RE.fullmatch(name):
         raise InvalidInput(
             "invalid_team_name",

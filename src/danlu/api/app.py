@@ -17,8 +17,9 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
-from danlu import __version__, console
+from danlu import __version__
 from danlu.access import sessions
+from danlu.accounts.payers import currency
 from danlu.advisor.plans import PlatformPlans, offpeak_window
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, get_current_user
@@ -39,7 +40,6 @@ from danlu.api.routers import vouchers as vouchers_router
 from danlu.api.routers import webhooks as webhooks_router
 from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
 from danlu.billing import tariffs, terms
-from danlu.billing.accounts import currency
 from danlu.compute.offers import list_offers
 from danlu.context import Platform
 from danlu.core.money import exponent
@@ -56,7 +56,8 @@ DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 ASSETS_URL = "/docs-assets"
 
 
-def create_app(platform: Platform, loop: Any = None) -> FastAPI:
+def create_api(platform: Platform, loop: Any = None) -> FastAPI:
+    """The API alone; the server's app adds the web console (danlu.server.app)."""
     app = FastAPI(
         title="danlu",
         version=__version__,
@@ -104,7 +105,6 @@ def create_app(platform: Platform, loop: Any = None) -> FastAPI:
 
     install_docs(app)
     install_openapi(app, platform)
-    console.install(app)  # issue 12: the web console at /
 
     @app.get("/healthz", response_model=HealthOut)
     def healthz() -> HealthOut:

@@ -985,7 +985,7 @@ class VoucherOut(BaseModel):
     currency: str
 
 
-# --- invoices and cost (danlu.billing.invoices, danlu.billing.cost) ------------------------------
+# --- invoices and cost (danlu.billing.invoices, danlu.compute.cost) ------------------------------
 
 PERIOD = r"^2[0-9]{3}-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12, as danlu.billing.invoices.check_period
 _BAD_PERIOD = limited(

@@ -14,19 +14,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from danlu.accounts.payers import currency, personal_account
 from danlu.billing.ledger import Posting, check_balanced
 from danlu.core.errors import Conflict, InsufficientFunds, NotFound
 from danlu.core.money import format_minor
-from danlu.db.models import Account, BillingAccount, LedgerEntry, LedgerTransaction, Setting
+from danlu.db.models import Account, BillingAccount, LedgerEntry, LedgerTransaction
 
 SYSTEM_KINDS = ("external", "revenue", "promotions")
-
-
-def currency(session: Session) -> str:
-    value = session.get(Setting, "currency")
-    if value is None:
-        raise RuntimeError("database is not bootstrapped: no currency setting")
-    return value.value
 
 
 def system_account(session: Session, kind: str) -> Account:
@@ -34,20 +28,6 @@ def system_account(session: Session, kind: str) -> Account:
     if acct is None:
         raise RuntimeError(f"system account {kind!r} missing; the server bootstraps it on start")
     return acct
-
-
-def personal_account(session: Session, user_id: int) -> BillingAccount:
-    ba = session.scalars(select(BillingAccount).where(BillingAccount.user_id == user_id)).first()
-    if ba is None:
-        raise NotFound("account_not_found", "this user has no billing account")
-    return ba
-
-
-def billing_account(session: Session, billing_account_id: int) -> BillingAccount:
-    ba = session.get(BillingAccount, billing_account_id)
-    if ba is None:
-        raise NotFound("account_not_found", "no such billing account")
-    return ba
 
 
 def cash_account(session: Session, billing_account_id: int) -> Account:
@@ -82,18 +62,6 @@ def ensure_accounts(session: Session, cur: str) -> None:
         if session.scalars(select(Account).where(Account.kind == kind, Account.ref == "system")).first() is None:
             session.add(Account(kind=kind, ref="system", billing_account_id=None, currency=cur, balance_minor=0))
     session.flush()
-
-
-def create_billing_account(
-    session: Session, cur: str, *, kind: str, name: str, now_ms: int, user_id: int | None = None
-) -> BillingAccount:
-    """A new billing account with its cash ledger account at zero."""
-    ba = BillingAccount(kind=kind, user_id=user_id, name=name, credit_limit_minor=0, created_at_ms=now_ms)
-    session.add(ba)
-    session.flush()
-    session.add(Account(kind="cash", ref=f"ba:{ba.id}", billing_account_id=ba.id, currency=cur, balance_minor=0))
-    session.flush()
-    return ba
 
 
 def idempotency_key(prefix: str, *parts: object) -> str:

@@ -17,8 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
+from danlu.accounts.payers import currency
 from danlu.accounts.service import get_user_by_name
-from danlu.billing.accounts import currency
 from danlu.billing.caps import spent_minor, zone
 from danlu.context import Platform
 from danlu.core.errors import Forbidden, InvalidInput, NotFound

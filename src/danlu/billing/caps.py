@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.core.money import format_minor
 from danlu.db.models import Allocation, Budget, Charge, Event, Hold, Setting, UsageRecord
 

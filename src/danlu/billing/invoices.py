@@ -32,7 +32,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
-from danlu.billing.accounts import billing_account, currency, lock_billing_account
+from danlu.accounts.payers import billing_account, currency
+from danlu.billing.accounts import lock_billing_account
 from danlu.billing.rating import billable_seconds
 from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.context import Platform

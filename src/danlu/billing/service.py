@@ -9,16 +9,9 @@ from sqlalchemy import String, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
+from danlu.accounts.payers import billing_account, currency, personal_account
 from danlu.accounts.service import get_user_by_name
-from danlu.billing.accounts import (
-    billing_account,
-    cash_account,
-    currency,
-    find_transaction,
-    idempotency_key,
-    personal_account,
-    topup,
-)
+from danlu.billing.accounts import cash_account, find_transaction, idempotency_key, topup
 from danlu.billing.price_plans import record_price
 from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
@@ -57,16 +50,17 @@ def balance(p: Platform, user: User, team: str | None = None) -> BalanceView:
         )
 
 
-def personal_balances(p: Platform) -> dict[int, BalanceView]:
-    """Every personal account's cash balance and credit limit by user id (the operator's list)."""
+def personal_balances(p: Platform) -> dict[str, BalanceView]:
+    """Every personal account's cash balance and credit limit by user name (the operator's list)."""
     with p.db.read() as s:
         cur = currency(s)
         rows = s.execute(
-            select(BillingAccount.user_id, Account.balance_minor, BillingAccount.credit_limit_minor)
+            select(User.name, Account.balance_minor, BillingAccount.credit_limit_minor)
+            .join(BillingAccount, BillingAccount.user_id == User.id)
             .join(Account, Account.ref == literal("ba:") + cast(BillingAccount.id, String))
             .where(BillingAccount.kind == "personal", Account.kind == "cash")
         ).all()
-        return {int(r[0]): BalanceView(r[1], r[2], cur) for r in rows if r[0] is not None}
+        return {r[0]: BalanceView(r[1], r[2], cur) for r in rows}
 
 
 def _payer_by_name(s: Session, name: str, team: bool) -> BillingAccount:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.billing.price_plans import current_plan, record_price
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.context import Platform

@@ -21,20 +21,16 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import (
-    billing_account,
-    currency,
-    idempotency_key,
-    lock_billing_account,
-    personal_account,
-    post,
-    system_account,
-)
+from danlu.accounts import teams
+from danlu.accounts.payers import billing_account, currency, personal_account
+from danlu.accounts.service import NAME_RE, get_user_by_name
+from danlu.billing.accounts import idempotency_key, lock_billing_account, post, system_account
 from danlu.billing.ledger import Posting
 from danlu.billing.metering import meter_account
+from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
-from danlu.core.money import format_minor
+from danlu.core.money import format_minor, parse_amount
 from danlu.db.models import Account, Allocation, BillingAccount, Team, User, VoucherCampaign, VoucherGrant
 
 TRIGGERS = ("signup", "code", "manual")
@@ -470,10 +466,6 @@ def create_campaign_from_text(
 ) -> CampaignView:
     """A campaign from what an operator types (amount in the deployment currency, durations as
     ``72h``); it opens now."""
-    from danlu.accounts.service import NAME_RE
-    from danlu.catalog.gpu_models import resolve_model
-    from danlu.core.money import parse_amount
-
     if not NAME_RE.fullmatch(name):
         raise InvalidInput(
             "invalid_campaign_name",
@@ -510,8 +502,6 @@ def campaign_views(p: Platform) -> list[CampaignView]:
 
 def _payer(s: Session, user: User, team: str | None, *, spend: bool) -> int:
     # Imported here: danlu.accounts imports this module (sign-up vouchers) at its top.
-    from danlu.accounts import teams
-
     return teams.payer_named(s, user, team, spend=spend)
 
 
@@ -530,8 +520,6 @@ def redeem(p: Platform, user: User, code: str, team: str | None = None) -> Grant
 
 def grant_to(p: Platform, campaign_name: str, *, user: str | None = None, team: str | None = None) -> GrantView:
     """The operator gives one voucher of ``campaign_name`` to a user's personal account or a team."""
-    from danlu.accounts.service import get_user_by_name
-
     if (user is None) == (team is None):
         raise InvalidInput("invalid_voucher_target", "grant to exactly one of --user and --team")
     with p.db.read() as s:

@@ -113,11 +113,11 @@ def build_table(
 
 def tr(message: str) -> str:
     """``message`` in the CLI's language (DANLU_LANG, else LC_ALL / LC_MESSAGES / LANG: zh… picks
-    简体中文), through the console's gettext catalogs (danlu.console.i18n). English, the source text,
+    简体中文), through the console's gettext catalogs (danlu.i18n.catalogs). English, the source text,
     loads nothing."""
     if cli_language() == "en":
         return message
-    from danlu.console.i18n import translations
+    from danlu.i18n.catalogs import translations  # Babel loads only for a translated CLI
 
     return translations(cli_language()).gettext(message)
 

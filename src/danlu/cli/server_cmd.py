@@ -120,8 +120,7 @@ def server(
     import uvicorn
 
     from danlu.accounts.credentials import ensure_admin_password
-    from danlu.api.app import create_app
-    from danlu.compute.backends.base import Backend
+    from danlu.backend import Backend
     from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, parse_gpu_models
     from danlu.compute.backends.slurm import discover as discover_slurm
     from danlu.compute.gpus import discover_nvml, parse_simulated_spec
@@ -131,6 +130,7 @@ def server(
     from danlu.core.errors import DanluError
     from danlu.db.engine import open_database
     from danlu.scheduling.policies import get_policy
+    from danlu.server.app import create_app
     from danlu.server.bootstrap import ADMIN_NAME, bootstrap
     from danlu.server.lease import DataDirLock
     from danlu.server.loop import ControlLoop
@@ -292,8 +292,8 @@ def register(app: typer.Typer) -> None:
 
 def server_demotion(policy: Policy, demote_after: str | None, demote_slice: str | None) -> dict[str, Any]:
     """The operator's demotion line and slice (docs/scheduling.md), for a policy that demotes."""
+    from danlu.compute.limits import parse_seconds
     from danlu.core.errors import InvalidInput
-    from danlu.telemetry.limits import parse_seconds
 
     if policy.demote_after_ms is None:
         if demote_after is not None or demote_slice is not None:
@@ -315,8 +315,8 @@ def server_idle_limits(
     sample_interval: float, idle_stop_default: str | None, idle_stop_max: str | None, threshold: str
 ) -> dict[str, Any]:
     """The operator's telemetry and idle auto-stop settings (docs/telemetry.md), checked up front."""
+    from danlu.compute.limits import parse_seconds, parse_threshold
     from danlu.core.errors import InvalidInput
-    from danlu.telemetry.limits import parse_seconds, parse_threshold
 
     if not 0.5 <= sample_interval <= 3600:
         raise InvalidInput("invalid_sample_interval", "--sample-interval is 0.5 to 3600 seconds")

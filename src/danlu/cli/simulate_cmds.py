@@ -4,45 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
-from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import typer
 
 from danlu.cli.output import JsonOpt, console, err_console, fail, print_json, print_table
-from danlu.core.errors import DanluError, InvalidInput
+from danlu.core.errors import DanluError
 from danlu.scheduling import simulator
-from danlu.scheduling.scenario import Scenario, load_scenario
-from danlu.scheduling.simulator import SimSetup, simulate, summarize, to_requests
-from danlu.scheduling.traces import read_trace
-
-DEMO_SCENARIO = "demo16.json"  # in danlu/scheduling/demo/, with its trace, throughputs and sources
-
-COLUMNS = [
-    ("policy", "policy"),
-    ("jobs_completed", "done"),
-    ("jobs_unfinished", "not done"),
-    ("avg_jct_h", "avg JCT h"),
-    ("p95_queue_delay_h", "p95 wait h"),
-    ("makespan_h", "makespan h"),
-    ("utilization", "util"),
-    ("cost", "cost"),
-    ("cost_per_completed_job", "cost/job"),
-    ("deadline_misses", "deadline misses"),
-    ("preemptions", "preemptions"),
-    ("migrations", "migrations"),
-    ("sched_cpu_ms_per_decision", "sched ms/decision"),
-    ("source", "source"),
-]
-
-
-def demo_dir() -> Path:
-    """The built-in demo's folder (package data: a scenario, a 40-job Gavel trace, throughputs)."""
-    root = resources.files("danlu.scheduling").joinpath("demo")
-    if not isinstance(root, Path) or not root.joinpath(DEMO_SCENARIO).is_file():
-        raise InvalidInput("no_demo", "this installation of danlu has no demo scenario; pass --scenario and --trace")
-    return root
+from danlu.scheduling.replay import COLUMNS, DEMO_SCENARIO, demo_dir, reference_rows, run_simulation
+from danlu.scheduling.scenario import load_scenario
 
 
 class StatusLine:
@@ -71,65 +42,6 @@ class StatusLine:
     def clear(self) -> None:
         self.stream.write("\r\x1b[K")
         self.stream.flush()
-
-
-def run_simulation(
-    scenario: Scenario,
-    trace: Path,
-    policies: list[str],
-    *,
-    tariffs: bool,
-    interruptible: bool,
-    notice_s: int,
-    round_s: int | None = None,
-    restart_overhead_s: int = 30,
-    seed: int = 0,
-    estimate_missing: bool = False,
-    spread: bool = False,
-    status: StatusLine | None = None,
-) -> list[dict[str, Any]]:
-    prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
-    setup = SimSetup(scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1])
-    requests = to_requests(
-        setup, read_trace(trace), interruptible=interruptible, estimate_missing=estimate_missing, spread=spread
-    )
-    assumptions = [f"tariff {t.name!r} is a synthetic assumption" for t in prices.tariffs if t.synthetic]
-    rows = []
-    for n, name in enumerate(policies, 1):
-        if status is not None:
-            status.begin(name, n)
-        engine = simulate(
-            setup,
-            requests,
-            name,
-            notice_ms=notice_s * 1000,
-            round_ms=None if round_s is None else max(1, round_s) * 1000,
-            restart_overhead_ms=restart_overhead_s * 1000,
-            seed=seed,
-            progress=status.update if status is not None else None,
-        )
-        row = summarize(engine, setup, name)
-        row["trace"] = trace.stem
-        row["plan"] = "interruptible" if interruptible else "on-demand"
-        row["tariffs"] = [t.name for t in prices.tariffs]
-        row["assumptions"] = assumptions
-        rows.append(row)
-    return rows
-
-
-def reference_rows(scenario: Scenario, trace: Path) -> list[dict[str, Any]]:
-    return [
-        {
-            "policy": r["policy"],
-            "jobs_completed": r["jobs_completed"],
-            "avg_jct_h": r["avg_jct_h"],
-            "makespan_h": r["makespan_h"],
-            "utilization": r["utilization"],
-            "source": "gavel-ref",
-        }
-        for r in scenario.reference
-        if r.get("trace") == trace.stem
-    ]
 
 
 def register(app: typer.Typer) -> None:

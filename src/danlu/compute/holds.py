@@ -28,16 +28,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
+from danlu.accounts.payers import billing_account, currency, personal_account
 from danlu.billing import commitments
-from danlu.billing.accounts import (
-    billing_account,
-    cash_account,
-    currency,
-    lock_billing_account,
-    personal_account,
-    post,
-    system_account,
-)
+from danlu.billing.accounts import cash_account, lock_billing_account, post, system_account
 from danlu.billing.caps import announce, spent_minor, zone
 from danlu.billing.ledger import Posting
 from danlu.billing.price_plans import held_plan, plan_for_usage

@@ -10,7 +10,7 @@ import psutil
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from danlu.compute.backends.base import Limits
+from danlu.backend import Limits
 from danlu.compute.sandbox.network import POLICIES
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput, NotFound

@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from danlu.compute.backends.base import ImageRoot
+from danlu.backend import ImageRoot
 from danlu.compute.image_import import check_no_outside_links, copy_folder, extract_tarball, tree_size
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform

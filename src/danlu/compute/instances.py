@@ -17,8 +17,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
+from danlu.accounts.payers import billing_account, currency, personal_account
+from danlu.backend import LaunchError, RunSpec
 from danlu.billing import posting, storage, tariffs
-from danlu.billing.accounts import billing_account, cash_account, currency, lock_billing_account, personal_account
+from danlu.billing.accounts import cash_account, lock_billing_account
 from danlu.billing.caps import covers, hard_caps
 from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
 from danlu.billing.price_plans import current_plan, held_plan, plan_for_usage
@@ -27,9 +29,9 @@ from danlu.billing.rating import Rate, cumulative_cost
 from danlu.billing.student import allocation_discount_bp
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, fstree, images
-from danlu.compute.backends.base import LaunchError, RunSpec
 from danlu.compute.envvars import validate_env
 from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause, check_transition
+from danlu.compute.limits import RunLimits
 from danlu.compute.quotas import check_member_quota, check_quota
 from danlu.compute.runs import (
     build_spec,
@@ -43,9 +45,7 @@ from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, Gpu, Hold, Instance, InstanceEvent, Price, User
-from danlu.notify.feed import instance_event
-from danlu.telemetry.limits import RunLimits
+from danlu.db.models import Allocation, Event, Gpu, Hold, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_BYTES = 64 << 10  # all arguments together, as for the environment
@@ -573,7 +573,7 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     write_preempt_deadline(p, inst.id, deadline_ms)
     told = f"{reason}; save a checkpoint and exit by {iso(deadline_ms)} "
     told += "(SIGTERM now; $DANLU_PREEMPT_FILE holds the deadline)"
-    s.add(instance_event(inst, "preemption_notice", told, now))
+    s.add(Event.about_instance(inst, "preemption_notice", told, now))
     return inst.run_handle
 
 

@@ -10,8 +10,8 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import Pool, func, select
 
+from danlu.accounts.payers import currency
 from danlu.billing import tariffs
-from danlu.billing.accounts import currency
 from danlu.billing.pricing import Plan
 from danlu.billing.rating import round_half_up
 from danlu.catalog.gpu_models import gpu_models, resolve_model
@@ -38,7 +38,7 @@ class Offer:
     cpus_per_gpu_milli: int | None = None
     mem_per_gpu_mb: int | None = None
     disk_per_gpu_mb: int | None = None
-    sandbox: str = "bubblewrap"  # bubblewrap | off | unavailable (danlu.compute.sandbox.status)
+    sandbox: str = "bubblewrap"  # bubblewrap | off | unavailable (danlu.backend.SandboxStatus)
     # The on-demand price in force now under the operator's tariffs, and the next cheaper window.
     price_now_minor: int | None = None
     tariff_now: str | None = None

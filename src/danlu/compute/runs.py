@@ -22,8 +22,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from danlu.backend import PREEMPT_FILE, RunSpec
 from danlu.compute import fstree, hosts, identity, images
-from danlu.compute.backends.base import PREEMPT_FILE, RunSpec
 from danlu.compute.devices import devices_for
 from danlu.context import Platform
 from danlu.core.clock import iso

@@ -22,8 +22,7 @@ from danlu.compute.views import get_owned
 from danlu.context import Platform
 from danlu.core.errors import DanluError, NotFound
 from danlu.core.weekdays import days_text
-from danlu.db.models import Instance, InstanceSchedule, User
-from danlu.notify.feed import instance_event
+from danlu.db.models import Event, Instance, InstanceSchedule, User
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,7 @@ def _act(p: Platform, instance_id: str, acted_until: int, now: int, tz: ZoneInfo
             return action, "pending: left to start"  # a launch in flight; the next boundary decides
         if action == "stop" and inst.status == Status.RUNNING.value:
             handle = instances.policy_stop(p, s, inst, StopCause.SCHEDULE, what)
-            s.add(instance_event(inst, "schedule_stop", what, now))
+            s.add(Event.about_instance(inst, "schedule_stop", what, now))
         elif action == "start" and Status(inst.status) in KEEPS_WORKSPACE:
             start_for = s.get(User, inst.user_id)
         else:
@@ -157,11 +156,11 @@ def _act(p: Platform, instance_id: str, acted_until: int, now: int, tz: ZoneInfo
         with p.db.write() as s:
             inst = s.get(Instance, instance_id)
             if inst is not None:
-                s.add(instance_event(inst, "schedule_failed", f"{what} failed: {exc.message}", now))
+                s.add(Event.about_instance(inst, "schedule_failed", f"{what} failed: {exc.message}", now))
         return "start", f"failed: {exc.code}"
     with p.db.write() as s:
         inst = s.get(Instance, instance_id)
         if inst is not None:
-            s.add(instance_event(inst, "schedule_start", what, now))
+            s.add(Event.about_instance(inst, "schedule_start", what, now))
     p.wake_loop()
     return "start", "started"

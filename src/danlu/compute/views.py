@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.billing.rating import MS_PER_SECOND, billable_seconds
 from danlu.billing.storage import MIB as storage_mib

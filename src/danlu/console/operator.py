@@ -11,7 +11,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form
 from fastapi.responses import Response
-from sqlalchemy import select
 
 from danlu.accounts import credentials
 from danlu.accounts import service as accounts
@@ -24,7 +23,6 @@ from danlu.compute import operator as ops
 from danlu.compute.offers import list_offers
 from danlu.console.web import ConsoleRoute, OperatorPage, OperatorPost, back, validated, with_flash
 from danlu.core.errors import InvalidInput
-from danlu.db.models import User
 
 router = APIRouter(prefix="/operator", route_class=ConsoleRoute, include_in_schema=False)
 
@@ -37,9 +35,8 @@ def users(ctx: OperatorPage) -> Response:
 def _user_rows(ctx: OperatorPage) -> list[tuple[accounts.UserInfo, billing.BalanceView | None, bool]]:
     """Each user with their personal balance and whether they can sign in to the console."""
     balances = billing.personal_balances(ctx.platform)
-    with ctx.platform.db.read() as s:
-        ids = {u.name: (u.id, u.password_hash is not None) for u in s.scalars(select(User))}
-    return [(u, balances.get(ids[u.name][0]), ids[u.name][1]) for u in accounts.list_users(ctx.platform)]
+    with_password = credentials.with_password(ctx.platform)
+    return [(u, balances.get(u.name), u.name in with_password) for u in accounts.list_users(ctx.platform)]
 
 
 @router.post("/users")

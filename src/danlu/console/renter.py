@@ -31,7 +31,6 @@ from danlu.billing import service as billing
 from danlu.compute import views
 from danlu.compute.images import list_images
 from danlu.compute.offers import list_offers
-from danlu.console.i18n import LANGUAGES
 from danlu.console.web import (
     COOKIE,
     LANG_COOKIE,
@@ -48,6 +47,7 @@ from danlu.console.web import (
 )
 from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.core.money import format_minor, parse_amount
+from danlu.i18n.catalogs import LANGUAGES
 from danlu.scheduling import jobs as jobs_svc
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

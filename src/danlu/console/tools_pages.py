@@ -23,10 +23,10 @@ from danlu.api.routers import advice as advice_api
 from danlu.api.schemas import MAX_GPUS
 from danlu.catalog.gpu_models import gpu_models
 from danlu.catalog.prices import price_catalog
-from danlu.cli.simulate_cmds import COLUMNS, DEMO_SCENARIO, demo_dir, reference_rows, run_simulation
 from danlu.console.web import ConsoleRoute, Ctx, Page, validated
 from danlu.core.errors import DanluError, InvalidInput
 from danlu.scheduling.policies import POLICIES, SIM_POLICIES
+from danlu.scheduling.replay import COLUMNS, DEMO_SCENARIO, demo_dir, reference_rows, run_simulation
 from danlu.scheduling.scenario import Scenario, load_scenario
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

@@ -23,11 +23,11 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from danlu import __version__
-from danlu.accounts.credentials import CONSOLE_COOKIE, WebSessionInfo, csrf_ok, session_user
-from danlu.console.i18n import LANGUAGES, Formatter, formatter, negotiate
+from danlu.accounts.credentials import CONSOLE_COOKIE, WebSessionInfo, csrf_ok, signed_in
 from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.db.models import User
+from danlu.i18n.catalogs import LANGUAGES, Formatter, formatter, negotiate
 
 log = logging.getLogger(__name__)
 COOKIE = CONSOLE_COOKIE
@@ -125,10 +125,7 @@ def _base(request: Request) -> Ctx:
 
 def _signed_in(request: Request) -> Ctx:
     ctx = _base(request)
-    with ctx.platform.db.read() as s:
-        found = session_user(s, request.cookies.get(COOKIE), ctx.platform.clock.now_ms())
-        if found is not None:
-            s.expunge(found[0])
+    found = signed_in(ctx.platform, request.cookies.get(COOKIE))
     if found is None:
         raise SignInNeeded(ctx.request.url.path)
     ctx.user, ctx.session = found

@@ -22,13 +22,13 @@ from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import webhooks as webhooks_api
 from danlu.api.schemas import INSTANCE_ID, OfferOut, ScheduleIn
 from danlu.compute.images import list_images
+from danlu.compute.limits import parse_seconds
 from danlu.compute.offers import list_offers
 from danlu.console.web import SECURITY_HEADERS, ConsoleRoute, Ctx, Page, Post, back, validated, with_flash
 from danlu.core.errors import DanluError, InvalidInput, NotFound
 from danlu.notify import webhooks as webhooks_svc
 from danlu.scheduling.model import PRIORITIES
 from danlu.telemetry.chart import H, W, render_svg
-from danlu.telemetry.limits import parse_seconds
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 EVENTS_PAGE = 100

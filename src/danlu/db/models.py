@@ -532,6 +532,18 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
     at_ms: Mapped[int] = mapped_column(BigInteger)
 
+    @classmethod
+    def about_instance(cls, inst: Instance, kind: str, message: str, at_ms: int) -> Event:
+        """An event about an instance, for its renter (and, through its payer, a team's managers)."""
+        return cls(
+            user_id=inst.user_id,
+            billing_account_id=inst.billing_account_id,
+            instance_id=inst.id,
+            kind=kind,
+            message=f"{inst.id}: {message}",
+            at_ms=at_ms,
+        )
+
 
 class Verification(Base):
     """A renter's request for academic (student) verification and the operator's decision; the

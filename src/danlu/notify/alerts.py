@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.billing.metering import exhaustion_ms, open_allocations_by_account
 from danlu.billing.vouchers import spendable_minor
 from danlu.context import Platform

@@ -16,7 +16,7 @@ from sqlalchemy import and_, or_, select
 from danlu.accounts.teams import MANAGERS
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
-from danlu.db.models import BillingAccount, Event, Instance, Team, TeamMember, User
+from danlu.db.models import BillingAccount, Event, Team, TeamMember, User
 
 MAX_LIMIT = 500
 
@@ -28,18 +28,6 @@ class EventView:
     message: str
     instance_id: str | None
     at_ms: int
-
-
-def instance_event(inst: Instance, kind: str, message: str, at_ms: int) -> Event:
-    """An event about an instance, for its renter (and, through its payer, a team's managers)."""
-    return Event(
-        user_id=inst.user_id,
-        billing_account_id=inst.billing_account_id,
-        instance_id=inst.id,
-        kind=kind,
-        message=f"{inst.id}: {message}",
-        at_ms=at_ms,
-    )
 
 
 def visible_to(user_id: int) -> Any:

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import images
@@ -31,6 +31,7 @@ from danlu.compute.instances import check_command_args, is_launching, request_st
 from danlu.compute.instances import transition as transition_instance
 from danlu.compute.lifecycle import HAS_PROCESS, RENTERS_LIMITS, StopCause
 from danlu.compute.lifecycle import Status as InstanceStatus
+from danlu.compute.limits import RunLimits
 from danlu.compute.runs import check_may_run
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
@@ -48,7 +49,6 @@ from danlu.scheduling.lifecycle import SUCCEEDED as SUCCEEDED
 from danlu.scheduling.lifecycle import TERMINAL as TERMINAL
 from danlu.scheduling.lifecycle import How, RunEnd, after_run
 from danlu.scheduling.model import PRIORITIES
-from danlu.telemetry.limits import RunLimits
 
 
 @dataclass

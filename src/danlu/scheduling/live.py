@@ -25,7 +25,7 @@ from dataclasses import replace
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.billing.tariffs import current_tariffs
 from danlu.compute import allocations

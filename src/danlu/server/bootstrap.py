@@ -17,13 +17,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from danlu.accounts.service import create_user
+from danlu.backend import SandboxStatus
 from danlu.billing.accounts import ensure_accounts
+from danlu.billing.signup import sign_up
 from danlu.compute.devices import make_simulated_device_files
 from danlu.compute.gpus import DiscoveredGpu
 from danlu.compute.hosts import machine_defaults
 from danlu.compute.images import ensure_host_image
-from danlu.compute.sandbox.status import SandboxStatus
 from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent
 from danlu.db.engine import Database, migrate
@@ -154,7 +154,7 @@ def bootstrap(
         _record_sandbox_dir(s, data_dir, sandbox_dir or data_dir)
         ensure_accounts(s, currency.upper())
         if s.scalars(select(User).where(User.is_admin.is_(True))).first() is None:
-            _, token = create_user(s, ADMIN_NAME, now_ms, is_admin=True)
+            _, token = sign_up(s, ADMIN_NAME, now_ms, is_admin=True)
         by_host: dict[str | None, list[DiscoveredGpu]] = {}
         for g in gpus:
             by_host.setdefault(g.host, []).append(g)

@@ -11,7 +11,6 @@ from danlu.catalog.gpu_models import gpu_models
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.db.models import Allocation, Event, Instance, MetricSample, Price
-from danlu.notify.feed import instance_event
 from danlu.telemetry.hints import WINDOW_S, Measured, advise
 from danlu.telemetry.sampler import RUN, allotted_cores
 
@@ -86,6 +85,6 @@ def emit(p: Platform) -> int:
             inst = s.get(Instance, instance_id)
             if said is not None or inst is None:
                 continue
-            s.add(instance_event(inst, "efficiency_hint", "; ".join(hints), now))
+            s.add(Event.about_instance(inst, "efficiency_hint", "; ".join(hints), now))
             added += 1
     return added

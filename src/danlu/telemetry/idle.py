@@ -23,7 +23,6 @@ from danlu.compute.lifecycle import Status, StopCause
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.db.models import Allocation, Event, Instance, MetricSample
-from danlu.notify.feed import instance_event
 
 IDLE = "idle:"
 OVERTIME = "maximum duration:"
@@ -175,11 +174,11 @@ def enforce(p: Platform, period_ms: int) -> list[str]:
                 continue
             if v.kind == "idle_warning":  # once per idle streak (checked again under the write lock)
                 if not _warned(p, v):
-                    s.add(instance_event(inst, v.kind, v.reason, p.clock.now_ms()))
+                    s.add(Event.about_instance(inst, v.kind, v.reason, p.clock.now_ms()))
                 continue
             cause = StopCause.MAX_DURATION if v.kind == "max_duration" else StopCause.IDLE
             handles.append(policy_stop(p, s, inst, cause, v.reason))
-            s.add(instance_event(inst, v.kind, v.reason, p.clock.now_ms()))
+            s.add(Event.about_instance(inst, v.kind, v.reason, p.clock.now_ms()))
             stopped.append(inst.id)
     terminate_runs(p, handles)
     return stopped

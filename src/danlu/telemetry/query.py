@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from danlu.compute import views
+from danlu.compute.limits import parse_seconds
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
 from danlu.db.models import MetricSample, User
-from danlu.telemetry.limits import parse_seconds
 from danlu.telemetry.sampler import RUN
 
 RESOLUTIONS = ("raw", "1m", "1h")

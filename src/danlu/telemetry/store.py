@@ -10,9 +10,8 @@ from typing import Any
 from sqlalchemy import Integer, and_, case, cast, delete, func, insert, literal, select
 from sqlalchemy.orm import Session
 
-from danlu.context import Platform
+from danlu.context import Platform, Retention
 from danlu.db.models import MetricSample
-from danlu.telemetry.retention import Retention
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000

@@ -26,7 +26,7 @@ from danlu.api.schemas import (
     UserOut,
     errors,
 )
-from danlu.billing import idempotency
+from danlu.billing import idempotency, signup
 from danlu.billing import service as billing
 from danlu.compute import inventory
 from danlu.core.money import format_minor
@@ -36,7 +36,7 @@ router = APIRouter(route_class=ListRoute, prefix="/admin", tags=["admin"], respo
 
 @router.post("/users", response_model=UserOut, status_code=201, responses=errors(400, 409))
 def create(body: UserCreate, p: PlatformDep, _admin: AdminUser) -> UserOut:
-    user, token = accounts.register_user(p, body.name)
+    user, token = signup.register_user(p, body.name)
     return UserOut(name=user.name, token=token, is_admin=False)
 
 

@@ -26,11 +26,11 @@ from danlu.api.schemas import (
 )
 from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
+from danlu.compute.limits import resolve as resolve_limits
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError
 from danlu.telemetry import efficiency
-from danlu.telemetry.limits import resolve as resolve_limits
 
 router = APIRouter(route_class=ListRoute, prefix="/instances", tags=["instances"], responses=errors(401))
 _ID = errors(404)

@@ -24,8 +24,8 @@ from danlu.api.schemas import (
 )
 from danlu.billing import idempotency
 from danlu.billing import invoices as svc
-from danlu.billing.cost import explain_cost
 from danlu.billing.invoice_render import render
+from danlu.compute.cost import explain_cost
 
 router = APIRouter(route_class=ListRoute, tags=["invoices"], responses=errors(401))
 

@@ -26,12 +26,12 @@ from danlu.api.schemas import (
     errors,
     limited,
 )
+from danlu.compute.limits import resolve as resolve_limits
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
 from danlu.scheduling import jobs as svc
-from danlu.telemetry.limits import resolve as resolve_limits
 
 router = APIRouter(route_class=ListRoute, prefix="/jobs", tags=["jobs"], responses=errors(401, 403))
 _ID = errors(404)

@@ -30,11 +30,11 @@ from danlu.accounts.credentials import CONSOLE_COOKIE
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.routers.sessions import credentials, same_origin
 from danlu.api.schemas import InstanceIdPath, errors
-from danlu.compute.backends.base import EnterError
+from danlu.backend import EnterError
 from danlu.compute.backends.netns import PortClosed
 from danlu.context import Platform
+from danlu.core import activity
 from danlu.core.errors import Conflict, DanluError, Forbidden, InvalidInput
-from danlu.telemetry import activity
 
 router = APIRouter(prefix="/instances", tags=["ports"], responses=errors(401))
 PortPath = Annotated[int, FastPath(ge=1, le=65535, description="a TCP port inside the instance")]

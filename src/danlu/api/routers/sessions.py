@@ -18,10 +18,10 @@ from starlette.requests import HTTPConnection
 
 from danlu.access import protocol, relay, service, sessions
 from danlu.accounts.credentials import CONSOLE_COOKIE
-from danlu.compute.backends.base import EnterError
+from danlu.backend import EnterError
 from danlu.context import Platform
+from danlu.core import activity
 from danlu.core.errors import DanluError, Forbidden, InvalidInput
-from danlu.telemetry import activity
 
 router = APIRouter(prefix="/instances", tags=["sessions"])
 jobs_router = APIRouter(prefix="/jobs", tags=["sessions"])

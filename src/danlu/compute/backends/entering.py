@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from danlu.compute.backends.base import EnterError, EnterRequest
+from danlu.backend import EnterError, EnterRequest
 from danlu.compute.backends.procs import live_process
 from danlu.compute.backends.spawn import SandboxOptions
 from danlu.compute.sandbox.helpers import helper

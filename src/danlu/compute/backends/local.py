@@ -36,8 +36,7 @@ from typing import Any
 
 import psutil
 
-from danlu.compute.backends import netns
-from danlu.compute.backends.base import (
+from danlu.backend import (
     PREEMPT_FILE,
     RUNNING,
     EnterRequest,
@@ -49,6 +48,7 @@ from danlu.compute.backends.base import (
     run_dir,
     run_file,
 )
+from danlu.compute.backends import netns
 from danlu.compute.backends.entering import enter_plain, enter_sandbox
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed

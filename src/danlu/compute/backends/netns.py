@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from danlu.compute.backends.base import EnterError
+from danlu.backend import EnterError
 from danlu.compute.backends.procs import live_process
 
 CLONE_NEWNET = 0x40000000

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from danlu.compute.backends.base import (
+from danlu.backend import (
     RUNNING,
     EnterError,
     EnterRequest,

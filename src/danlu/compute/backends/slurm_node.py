@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from danlu.compute.backends.base import Device, EnterError, EnterRequest, RunSpec, enter_with_terminal, spec_from_json
+from danlu.backend import Device, EnterError, EnterRequest, RunSpec, enter_with_terminal, spec_from_json
 
 USAGE_EVERY_S = 5.0
 NVIDIA_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")

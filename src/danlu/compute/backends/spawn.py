@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from danlu.compute.backends.base import LaunchError, RunSpec
+from danlu.backend import LaunchError, RunSpec
 from danlu.compute.sandbox import bwrap, network
 from danlu.compute.sandbox.cgroups import Cgroups
 from danlu.compute.sandbox.helpers import SAFE_PATH, helper

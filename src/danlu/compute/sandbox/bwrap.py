@@ -1,4 +1,4 @@
-"""The bubblewrap command line of a sandbox. Pure: a :class:`~danlu.compute.backends.base.RunSpec`
+"""The bubblewrap command line of a sandbox. Pure: a :class:`~danlu.backend.RunSpec`
 and the image's top-level entries in, argument lists out (tested without running anything).
 
 What the sandbox sees (docs/security.md):
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from danlu.compute.backends.base import RunSpec
+from danlu.backend import RunSpec
 
 WORKSPACE = "/workspace"
 CHECKPOINTS = "/checkpoints"

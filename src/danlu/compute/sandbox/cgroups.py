@@ -20,7 +20,7 @@ import signal
 from pathlib import Path
 from typing import Protocol
 
-from danlu.compute.backends.base import Limits
+from danlu.backend import Limits
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import stat
 import subprocess
 from pathlib import Path
 
+from danlu.backend import SandboxStatus
 from danlu.compute.backends.local import LocalBackend
 from danlu.compute.backends.spawn import SandboxOptions
 from danlu.compute.sandbox import cgroups as cg
 from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import outbound_available, resolve_policy
-from danlu.compute.sandbox.status import SandboxStatus
 
 NOBODY = 65534
 

@@ -32,7 +32,7 @@ def translations(lang: str) -> gettext.NullTranslations:
     """The compiled catalog of ``lang`` (English is the source text: no catalog)."""
     if lang not in LANGUAGES or lang == DEFAULT:
         return gettext.NullTranslations()
-    po = resources.files("danlu.console").joinpath(f"locale/{lang}/LC_MESSAGES/messages.po")
+    po = resources.files("danlu.i18n").joinpath(f"locale/{lang}/LC_MESSAGES/messages.po")
     with po.open("rb") as f:
         catalog = read_po(f, locale=lang)
     buf = io.BytesIO()

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from sqlalchemy import func, select
 
-from danlu.billing.accounts import currency
+from danlu.accounts.payers import currency
 from danlu.billing.metering import allocation_rate, unbilled_minor
 from danlu.billing.rating import billable_seconds, charge_between, round_half_up, segments
 from danlu.compute.views import get_owned
