@@ -38,7 +38,7 @@ from danlu.api.routers import teams as teams_router
 from danlu.api.routers import telemetry as telemetry_router
 from danlu.api.routers import vouchers as vouchers_router
 from danlu.api.routers import webhooks as webhooks_router
-from danlu.api.schemas import AMOUNT, POSITIVE_AMOUNT, amount_pattern
+from danlu.api.schemas.common import AMOUNT, POSITIVE_AMOUNT, amount_pattern
 from danlu.billing import tariffs, terms
 from danlu.compute.offers import list_offers
 from danlu.context import Platform

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from danlu.api.schemas import InstanceOut
+from danlu.api.schemas.instances import InstanceOut
 from danlu.compute import views
 from danlu.console.web import ConsoleRoute, Ctx, Page, page
 from danlu.core.errors import DanluError

@@ -19,24 +19,16 @@ from fastapi import APIRouter, Form
 from fastapi.responses import Response
 
 from danlu.accounts.service import NAME_RE as USER_NAME_RE
-from danlu.api.hold_schemas import HOLD_ID, CancelIn, HoldOut, HoldQuoteIn
 from danlu.api.routers import budgets as budgets_api
 from danlu.api.routers import holds as holds_api
 from danlu.api.routers import instances as instances_api
 from danlu.api.routers import student as student_api
 from danlu.api.routers import vouchers as vouchers_api
-from danlu.api.schemas import (
-    MAX_ROW_ID,
-    BudgetIn,
-    DiscountIn,
-    InstanceOut,
-    OfferOut,
-    ReasonIn,
-    RedeemIn,
-    RentRequest,
-    VerificationIn,
-    VoucherOut,
-)
+from danlu.api.schemas.accounts import ReasonIn
+from danlu.api.schemas.holds import HOLD_ID, CancelIn, HoldOut, HoldQuoteIn
+from danlu.api.schemas.instances import InstanceOut, OfferOut, RentRequest
+from danlu.api.schemas.money_controls import MAX_ROW_ID, BudgetIn, DiscountIn, VerificationIn
+from danlu.api.schemas.vouchers import RedeemIn, VoucherOut
 from danlu.billing import commitments
 from danlu.compute import holds as holds_svc
 from danlu.compute import views

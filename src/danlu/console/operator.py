@@ -17,7 +17,10 @@ from danlu.accounts import service as accounts
 from danlu.api.routers import admin as admin_api
 from danlu.api.routers import operator as operator_api
 from danlu.api.routers import tariffs as tariffs_api
-from danlu.api.schemas import AmountIn, OfferOut, PriceIn, QuotaIn, ReasonIn, TariffIn, TopupIn, UserCreate
+from danlu.api.schemas.accounts import ReasonIn, UserCreate
+from danlu.api.schemas.instances import OfferOut
+from danlu.api.schemas.money_controls import TariffIn
+from danlu.api.schemas.operator import AmountIn, PriceIn, QuotaIn, TopupIn
 from danlu.billing import service as billing
 from danlu.compute import operator as ops
 from danlu.compute.offers import list_offers

@@ -26,7 +26,8 @@ from danlu.api.routers import jobs as jobs_api
 from danlu.api.routers import ports as ports_api
 from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import vouchers as vouchers_api
-from danlu.api.schemas import BalanceOut, InstanceOut, LedgerLineOut, OfferOut, RentRequest
+from danlu.api.schemas.accounts import BalanceOut, LedgerLineOut
+from danlu.api.schemas.instances import InstanceOut, OfferOut, RentRequest
 from danlu.billing import service as billing
 from danlu.compute import views
 from danlu.compute.images import list_images

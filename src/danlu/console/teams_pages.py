@@ -16,7 +16,8 @@ from fastapi.responses import Response
 
 from danlu.accounts import teams as teams_svc
 from danlu.api.routers import teams as teams_api
-from danlu.api.schemas import BalanceOut, DefaultTeamIn, MemberIn, MemberPatch, TeamIn, TeamOut
+from danlu.api.schemas.accounts import BalanceOut
+from danlu.api.schemas.teams import DefaultTeamIn, MemberIn, MemberPatch, TeamIn, TeamOut
 from danlu.billing import service as billing
 from danlu.console.web import ConsoleRoute, Ctx, Page, Post, back, validated, with_flash
 from danlu.core.errors import InvalidInput

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from danlu.advisor import service as advisor
 from danlu.api.routers import advice as advice_api
-from danlu.api.schemas import MAX_GPUS
+from danlu.api.schemas.common import MAX_GPUS
 from danlu.catalog.gpu_models import gpu_models
 from danlu.catalog.prices import price_catalog
 from danlu.console.web import ConsoleRoute, Ctx, Page, validated

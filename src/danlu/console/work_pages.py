@@ -20,7 +20,8 @@ from danlu.api.routers import instances as instances_api
 from danlu.api.routers import jobs as jobs_api
 from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import webhooks as webhooks_api
-from danlu.api.schemas import INSTANCE_ID, OfferOut, ScheduleIn
+from danlu.api.schemas.common import INSTANCE_ID
+from danlu.api.schemas.instances import OfferOut, ScheduleIn
 from danlu.compute.images import list_images
 from danlu.compute.limits import parse_seconds
 from danlu.compute.offers import list_offers

@@ -5,7 +5,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import BalanceOut, LedgerLineOut, TeamQuery, UserOut, errors
+from danlu.api.schemas.accounts import BalanceOut, LedgerLineOut, UserOut
+from danlu.api.schemas.common import errors
+from danlu.api.schemas.teams import TeamQuery
 from danlu.billing import service as billing
 
 router = APIRouter(tags=["account"], responses=errors(401))

@@ -9,23 +9,10 @@ from fastapi.responses import JSONResponse
 from danlu.accounts import service as accounts
 from danlu.api.deps import AdminUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
-    AmountIn,
-    BalanceOut,
-    GpuModelPath,
-    GpuOut,
-    IdempotencyKeyHeader,
-    PriceIn,
-    PriceOut,
-    QuotaIn,
-    QuotaOut,
-    TopupIn,
-    TopupOut,
-    UserCreate,
-    UserNamePath,
-    UserOut,
-    errors,
-)
+from danlu.api.schemas.accounts import BalanceOut, UserCreate, UserOut
+from danlu.api.schemas.common import GpuModelPath, UserNamePath, errors
+from danlu.api.schemas.idempotency import IdempotencyKeyHeader
+from danlu.api.schemas.operator import AmountIn, GpuOut, PriceIn, PriceOut, QuotaIn, QuotaOut, TopupIn, TopupOut
 from danlu.billing import idempotency, signup
 from danlu.billing import service as billing
 from danlu.compute import inventory

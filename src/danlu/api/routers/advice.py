@@ -20,7 +20,7 @@ from danlu.advisor.deps import get_platform_offers, get_platform_plans
 from danlu.advisor.plan_recommender import UsageProfile
 from danlu.advisor.plans import PlatformOffer, PlatformPlans
 from danlu.advisor.workload import ADAPTERS, OPTIMIZERS, PRECISIONS, PRESETS, SHARDINGS, TASKS, build_workload
-from danlu.api.schemas import (
+from danlu.api.schemas.common import (
     GPU_MODEL_PATTERN,
     GPU_MODEL_TEXT,
     MAX_GPUS,

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Response
 
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import BudgetIdPath, BudgetIn, BudgetOut, BudgetTeamQuery, errors
+from danlu.api.schemas.common import errors
+from danlu.api.schemas.money_controls import BudgetIdPath, BudgetIn, BudgetOut, BudgetTeamQuery
 from danlu.billing import budgets as svc
 from danlu.core.money import format_minor
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from danlu.accounts import credentials
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import Strict, UserNamePath, errors
+from danlu.api.schemas.common import Strict, UserNamePath, errors
 from danlu.core.clock import iso
 from danlu.core.errors import Unauthorized
 

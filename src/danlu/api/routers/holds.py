@@ -9,7 +9,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
-from danlu.api.hold_schemas import (
+from danlu.api.paging import ListRoute, paged
+from danlu.api.schemas.common import errors
+from danlu.api.schemas.holds import (
     CancelIn,
     CancelQuoteOut,
     HoldIdPath,
@@ -22,8 +24,8 @@ from danlu.api.hold_schemas import (
     PurchaseQuoteOut,
     TermPath,
 )
-from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import IdempotencyKeyHeader, TeamQuery, errors
+from danlu.api.schemas.idempotency import IdempotencyKeyHeader
+from danlu.api.schemas.teams import TeamQuery
 from danlu.billing import idempotency, terms
 from danlu.compute import holds as svc
 from danlu.core.money import format_minor

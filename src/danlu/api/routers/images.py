@@ -4,7 +4,8 @@ from fastapi import APIRouter, Response
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import ImageIn, ImageNamePath, ImageOut, errors
+from danlu.api.schemas.common import ImageNamePath, errors
+from danlu.api.schemas.operator import ImageIn, ImageOut
 from danlu.compute import images as svc
 from danlu.core.clock import iso
 

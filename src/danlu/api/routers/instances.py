@@ -12,18 +12,9 @@ from starlette.concurrency import run_in_threadpool
 
 from danlu.api.deps import CurrentUser, PlatformDep, get_current_user
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
-    EventOut,
-    InstanceIdPath,
-    InstanceOut,
-    LogChunk,
-    LogOffset,
-    RentRequest,
-    ScheduleIn,
-    ScheduleOut,
-    TeamQuery,
-    errors,
-)
+from danlu.api.schemas.common import InstanceIdPath, LogOffset, errors
+from danlu.api.schemas.instances import EventOut, InstanceOut, LogChunk, RentRequest, ScheduleIn, ScheduleOut
+from danlu.api.schemas.teams import TeamQuery
 from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
 from danlu.compute.limits import resolve as resolve_limits

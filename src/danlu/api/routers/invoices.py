@@ -10,17 +10,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
+from danlu.api.schemas.common import InstanceIdPath, errors
+from danlu.api.schemas.idempotency import IdempotencyKeyHeader
+from danlu.api.schemas.invoices import (
     CostOut,
     FinalizeIn,
     FinalizeOut,
-    IdempotencyKeyHeader,
-    InstanceIdPath,
     InvoiceFormatQuery,
     InvoiceOut,
     InvoiceTeamQuery,
     PeriodPath,
-    errors,
 )
 from danlu.billing import idempotency
 from danlu.billing import invoices as svc

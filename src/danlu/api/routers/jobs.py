@@ -8,24 +8,22 @@ from pydantic import BaseModel, Field
 
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
+from danlu.api.schemas.common import (
     MAX_SECONDS,
     PRIORITY,
     Amount,
     Command,
     EnvVars,
-    EventOut,
     GpuCount,
     GpuModel,
     ImageName,
     JobIdPath,
-    LogChunk,
     LogOffset,
-    RunLimitsIn,
     TeamName,
     errors,
     limited,
 )
+from danlu.api.schemas.instances import EventOut, LogChunk, RunLimitsIn
 from danlu.compute.limits import resolve as resolve_limits
 from danlu.context import Platform
 from danlu.core.clock import iso

@@ -8,7 +8,8 @@ from starlette.concurrency import run_in_threadpool
 
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import Amount, GpuModel, OfferOut, errors
+from danlu.api.schemas.common import Amount, GpuModel, errors
+from danlu.api.schemas.instances import OfferOut
 from danlu.compute.offers import Offer, render_offers, rendered_offers
 
 router = APIRouter(route_class=ListRoute, tags=["offers"], responses=errors(401))

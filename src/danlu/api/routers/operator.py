@@ -9,19 +9,10 @@ from fastapi import APIRouter, Response
 from danlu.accounts import service as accounts
 from danlu.api.deps import AdminUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
-    HostIn,
-    HostNamePath,
-    HostOut,
-    InstanceIdPath,
-    InstanceOut,
-    ReasonIn,
-    SandboxOut,
-    TokenOut,
-    UserNamePath,
-    UserOut,
-    errors,
-)
+from danlu.api.schemas.accounts import ReasonIn, TokenOut, UserOut
+from danlu.api.schemas.common import HostNamePath, InstanceIdPath, UserNamePath, errors
+from danlu.api.schemas.instances import InstanceOut
+from danlu.api.schemas.operator import HostIn, HostOut, SandboxOut
 from danlu.compute import hosts, operator
 
 router = APIRouter(route_class=ListRoute, prefix="/admin", tags=["admin"], responses=errors(401, 403))

@@ -29,7 +29,7 @@ from danlu.access import links, protocol, proxy, service, sessions
 from danlu.accounts.credentials import CONSOLE_COOKIE
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.routers.sessions import credentials, same_origin
-from danlu.api.schemas import InstanceIdPath, errors
+from danlu.api.schemas.common import InstanceIdPath, errors
 from danlu.backend import EnterError
 from danlu.compute.backends.netns import PortClosed
 from danlu.context import Platform

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from danlu.access import keys
 from danlu.api.deps import CurrentUser, PlatformDep
-from danlu.api.schemas import errors
+from danlu.api.schemas.common import errors
 from danlu.core.clock import iso
 
 router = APIRouter(prefix="/ssh-keys", tags=["ssh"], responses=errors(401))

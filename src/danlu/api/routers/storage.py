@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from danlu.api.deps import AdminUser, PlatformDep
-from danlu.api.schemas import StorageIn, StorageOut, errors
+from danlu.api.schemas.common import errors
+from danlu.api.schemas.money_controls import StorageIn, StorageOut
 from danlu.billing import storage as svc
 from danlu.billing.vouchers import format_duration, parse_duration
 from danlu.core.money import format_minor

@@ -7,15 +7,14 @@ from fastapi import APIRouter
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
+from danlu.api.schemas.accounts import ReasonIn
+from danlu.api.schemas.common import UserNamePath, errors
+from danlu.api.schemas.money_controls import (
     DiscountIn,
     DiscountOut,
-    ReasonIn,
-    UserNamePath,
     VerificationIn,
     VerificationOut,
     VerificationRequestOut,
-    errors,
 )
 from danlu.billing import student as svc
 from danlu.core.clock import iso

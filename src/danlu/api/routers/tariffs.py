@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import TariffIdPath, TariffIn, TariffOut, errors
+from danlu.api.schemas.common import errors
+from danlu.api.schemas.money_controls import TariffIdPath, TariffIn, TariffOut
 from danlu.billing import tariffs as svc
 from danlu.core.clock import iso
 

@@ -11,13 +11,14 @@ from fastapi.responses import JSONResponse
 from danlu.accounts import teams as svc
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
+from danlu.api.schemas.accounts import BalanceOut
+from danlu.api.schemas.common import UserNamePath, errors
+from danlu.api.schemas.idempotency import IdempotencyKeyHeader
+from danlu.api.schemas.operator import AmountIn, TopupIn, TopupOut
+from danlu.api.schemas.teams import (
     AdminTeamOut,
-    AmountIn,
-    BalanceOut,
     DefaultTeamIn,
     DefaultTeamOut,
-    IdempotencyKeyHeader,
     MemberIn,
     MemberOut,
     MemberPatch,
@@ -25,10 +26,6 @@ from danlu.api.schemas import (
     TeamIn,
     TeamNamePath,
     TeamOut,
-    TopupIn,
-    TopupOut,
-    UserNamePath,
-    errors,
 )
 from danlu.billing import idempotency
 from danlu.billing import service as billing

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from danlu.api.deps import CurrentUser, PlatformDep, get_admin, get_current_user
-from danlu.api.schemas import InstanceIdPath, errors, limited
+from danlu.api.schemas.common import InstanceIdPath, errors, limited
 from danlu.compute import views
 from danlu.core.clock import iso
 from danlu.core.money import format_minor

@@ -10,17 +10,10 @@ from fastapi.responses import JSONResponse
 
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import (
-    CampaignIn,
-    CampaignOut,
-    GrantIn,
-    IdempotencyKeyHeader,
-    RedeemIn,
-    TeamNamePath,
-    TeamQuery,
-    VoucherOut,
-    errors,
-)
+from danlu.api.schemas.common import errors
+from danlu.api.schemas.idempotency import IdempotencyKeyHeader
+from danlu.api.schemas.teams import TeamNamePath, TeamQuery
+from danlu.api.schemas.vouchers import CampaignIn, CampaignOut, GrantIn, RedeemIn, VoucherOut
 from danlu.billing import idempotency
 from danlu.billing import vouchers as svc
 from danlu.context import Platform

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
-from danlu.api.schemas import Strict, errors, limited
+from danlu.api.schemas.common import Strict, errors, limited
 from danlu.core.clock import iso
 from danlu.notify import webhooks as svc
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Path
 from pydantic import BaseModel, Field
 
-from danlu.api.schemas import (
+from danlu.api.schemas.common import (
     TERM_CHOICES,
     TERM_TEXT,
     Amount,

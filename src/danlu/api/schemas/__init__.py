@@ -1,0 +1,1 @@
+"""The API's request and response models, one module per resource (docs/architecture.md)."""
