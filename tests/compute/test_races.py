@@ -316,7 +316,7 @@ def test_a_run_ending_while_the_loop_works_is_never_billed_past_its_end(
     assert isinstance(executor, RecordingBackend)
     fake_clock.advance(seconds=100)
     loop = loop_mod.ControlLoop(p)
-    loop.next_meter_ms = 0  # meter on this tick
+    loop.next_ms[loop_mod.Cadence.METER] = 0  # meter on this tick
     exit_at = fake_clock.now_ms() + 1_000
 
     def busy_round(platform: Platform) -> object:  # a loaded machine: the phases after the poll take 2 s
@@ -374,7 +374,7 @@ def test_a_clock_that_jumps_during_a_tick_is_metered_on_the_next_one(
     user = renter(p)
     inst = instances.rent(p, user, "T4", 1, ["nb"])
     loop = loop_mod.ControlLoop(p)
-    loop.next_meter_ms = 0
+    loop.next_ms[loop_mod.Cadence.METER] = 0
 
     def slow_round(platform: Platform) -> object:
         fake_clock.advance(seconds=30)  # the test's (or the machine's) clock moves on mid-tick

@@ -1,5 +1,6 @@
-"""The background control loop: reconcile processes every tick, meter on an interval, and meter
-early when a user's balance is predicted to run out (or when a rental wakes the loop).
+"""The background control loop: its phases, in order, with how often each runs, are one table
+(``PHASES``): reconcile processes every tick, meter on an interval, and meter early when a user's
+balance is predicted to run out (or when a rental wakes the loop).
 
 Only the server holding the ``control-loop`` lease does this work (danlu.server.lease), and only
 one server runs on a data folder. Each phase of a tick is guarded on its own: a failure in one
@@ -11,10 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import partial
 from typing import TypeVar
 
 from danlu.billing.invoices import finalize_due
-from danlu.compute.reconcile import meter_all, reconcile
+from danlu.compute.reconcile import MeterReport, TickReport, meter_all, reconcile
 from danlu.compute.schedules import run_due
 from danlu.context import Platform
 from danlu.notify import alerts
@@ -32,16 +36,44 @@ FAST_TICK_S = 0.1  # while a stopped instance's process is still ending
 log = logging.getLogger(__name__)
 
 
+class Cadence(StrEnum):
+    """How often a phase runs; each tick decides once, at its start, which cadences are due."""
+
+    TICK = "every tick"
+    SAMPLE = "every sample interval (--sample-interval)"
+    BETWEEN_SAMPLES = "every tick that does not sample"
+    MINUTE = "every minute"
+    METER = "every meter pass (--meter-interval, or sooner when a balance is about to run out)"
+    ALERTS = "on a meter pass, at most once a minute"
+
+
+@dataclass
+class Tick:
+    """What one tick's phases share: when it started (before ``reconcile`` polled anything, so a run
+    that ends during the tick is never billed past its exit) and what earlier phases found."""
+
+    polled_ms: int
+    sample_period_ms: int
+    reconciled: TickReport | None = None
+    metered: MeterReport | None = None
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    cadence: Cadence
+    run: Callable[[ControlLoop, Tick], object]
+    what: str
+
+
 class ControlLoop:
     def __init__(self, platform: Platform, dir_lock: DataDirLock | None = None) -> None:
         self.p = platform
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self.next_meter_ms = 0
-        self.next_sample_ms = 0
-        self.next_fold_ms = 0
-        self.next_alerts_ms = 0
+        # When each cadence is next due (epoch ms); TICK and BETWEEN_SAMPLES are decided from these.
+        self.next_ms: dict[Cadence, int] = {Cadence.SAMPLE: 0, Cadence.MINUTE: 0, Cadence.METER: 0, Cadence.ALERTS: 0}
         self.sampler = Sampler(platform)
         self.ticks = 0
         self.leading = False  # this server holds the lease: it alone sends webhooks
@@ -60,46 +92,41 @@ class ControlLoop:
         interval (checked in Settings), so the next regular pass sees it before it can run dry."""
         self._wake.set()
 
+    def due(self, now_ms: int) -> set[Cadence]:
+        sample = now_ms >= self.next_ms[Cadence.SAMPLE]
+        meter = now_ms >= self.next_ms[Cadence.METER]
+        due = {Cadence.TICK, Cadence.SAMPLE if sample else Cadence.BETWEEN_SAMPLES}
+        if now_ms >= self.next_ms[Cadence.MINUTE]:
+            due.add(Cadence.MINUTE)
+        if meter:
+            due.add(Cadence.METER)
+            if now_ms >= self.next_ms[Cadence.ALERTS]:
+                due.add(Cadence.ALERTS)
+        return due
+
     def run_once(self) -> None:
         self.leading = bool(self._phase("lease", self.lease.acquire))
         if not self.leading:
             return  # another server on this database does the background work
-        polled_ms = self.p.clock.now_ms()  # before reconcile polls: what is alive now ends later
-        tick = self._phase("reconcile", lambda: reconcile(self.p))
-        self.waiting_on_stops = tick.stopping if tick else 0
-        self._phase("schedule", lambda: schedule_round(self.p))
-        self._phase("timetables", lambda: run_due(self.p))  # instances' start/stop schedules
-        self._telemetry()
-        self._phase("webhooks", lambda: enqueue(self.p))
-        now = self.p.clock.now_ms()
-        if now >= self.next_meter_ms:
-            report = self._phase("meter", lambda: meter_all(self.p, until_ms=polled_ms))
-            self._phase("invoices", lambda: finalize_due(self.p, now))  # months past their grace window
-            if now >= self.next_alerts_ms:  # low balance, vouchers expiring: once a minute is soon enough
-                self._phase("alerts", lambda: alerts.run(self.p))
-                self.next_alerts_ms = now + 60_000
-            interval_ms = int(self.p.settings.meter_interval_s * 1000)
-            nxt = polled_ms + interval_ms  # from what it billed to: a clock that jumped mid-tick meters again
-            if report is not None and report.next_exhaustion_ms is not None:
-                nxt = min(nxt, report.next_exhaustion_ms)
-            self.next_meter_ms = nxt
+        s = self.p.settings
+        t = Tick(polled_ms=self.p.clock.now_ms(), sample_period_ms=int(s.sample_interval_s * 1000))
+        due = self.due(t.polled_ms)
+        for phase in PHASES:
+            if phase.cadence in due:
+                self._phase(phase.name, partial(phase.run, self, t))
+        self.waiting_on_stops = t.reconciled.stopping if t.reconciled else 0
+        if Cadence.SAMPLE in due:
+            self.next_ms[Cadence.SAMPLE] = t.polled_ms + t.sample_period_ms
+        if Cadence.MINUTE in due:
+            self.next_ms[Cadence.MINUTE] = t.polled_ms + 60_000
+        if Cadence.ALERTS in due:
+            self.next_ms[Cadence.ALERTS] = t.polled_ms + 60_000
+        if Cadence.METER in due:
+            nxt = t.polled_ms + int(s.meter_interval_s * 1000)  # from what it billed to: a jumped clock meters again
+            if t.metered is not None and t.metered.next_exhaustion_ms is not None:
+                nxt = min(nxt, t.metered.next_exhaustion_ms)
+            self.next_ms[Cadence.METER] = nxt
         self.ticks += 1
-
-    def _telemetry(self) -> None:
-        """Sample every sample interval (new runs are primed every tick), fold old samples every
-        minute, and stop idle or over-long runs every tick on the samples so far (docs/telemetry.md)."""
-        now = self.p.clock.now_ms()
-        period_ms = int(self.p.settings.sample_interval_s * 1000)
-        if now >= self.next_sample_ms:
-            self._phase("sample", self.sampler.sample)
-            self.next_sample_ms = now + period_ms
-        else:
-            self._phase("prime", self.sampler.prime)
-        self._phase("idle", lambda: enforce(self.p, period_ms))
-        if now >= self.next_fold_ms:
-            self._phase("retention", lambda: downsample(self.p, self.p.settings.retention))
-            self._phase("hints", lambda: efficiency.emit(self.p))  # low GPU use with a busy process
-            self.next_fold_ms = now + 60_000
 
     @staticmethod
     def _phase(name: str, work: Callable[[], T]) -> T | None:
@@ -140,3 +167,34 @@ class ControlLoop:
             self._sender.join(timeout=10)
         self._phase("lease release", self.lease.release)
         self.dir_lock.release()
+
+
+def _reconcile(loop: ControlLoop, t: Tick) -> object:
+    t.reconciled = reconcile(loop.p)
+    return t.reconciled
+
+
+def _meter(loop: ControlLoop, t: Tick) -> object:
+    t.metered = meter_all(loop.p, until_ms=t.polled_ms)
+    return t.metered
+
+
+# The control loop, in the order each tick runs it. Every phase is guarded on its own: one that fails
+# is logged and the others still run; the next tick retries from the database.
+PHASES: tuple[Phase, ...] = (
+    Phase("reconcile", Cadence.TICK, _reconcile, "poll every run; finish ended ones; kill stops past their grace"),
+    Phase("schedule", Cadence.TICK, lambda loop, t: schedule_round(loop.p), "settle job runs, then start/preempt jobs"),
+    Phase("timetables", Cadence.TICK, lambda loop, t: run_due(loop.p), "instances' start/stop schedules"),
+    Phase("sample", Cadence.SAMPLE, lambda loop, t: loop.sampler.sample(), "GPU, CPU and memory of every run"),
+    Phase("prime", Cadence.BETWEEN_SAMPLES, lambda loop, t: loop.sampler.prime(), "CPU counters of new runs"),
+    Phase(
+        "idle", Cadence.TICK, lambda loop, t: enforce(loop.p, t.sample_period_ms), "idle auto-stop, maximum duration"
+    ),
+    Phase("retention", Cadence.MINUTE, lambda loop, t: downsample(loop.p, loop.p.settings.retention), "fold samples"),
+    Phase("hints", Cadence.MINUTE, lambda loop, t: efficiency.emit(loop.p), "low GPU use with a busy process"),
+    Phase("webhooks", Cadence.TICK, lambda loop, t: enqueue(loop.p), "a delivery row per new event and webhook"),
+    Phase("meter", Cadence.METER, _meter, "expire due vouchers (metering their payers to the expiry), then meter "
+          "every billing account, end holds past their term, stop capped instances, stored-workspace retention"),
+    Phase("invoices", Cadence.METER, lambda loop, t: finalize_due(loop.p, loop.p.clock.now_ms()), "months past grace"),
+    Phase("alerts", Cadence.ALERTS, lambda loop, t: alerts.run(loop.p), "low balance, vouchers expiring"),
+)  # fmt: skip
