@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -39,10 +40,24 @@ from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor
+from danlu.core.states import Machine
 from danlu.db.models import Account, Allocation, Charge, Invoice, InvoiceLine, Setting, UsageRecord, User
 
 SEQ_KEY = "invoice_seq"
 FORMATS = ("json", "csv", "html")
+
+
+class InvoiceStatus(StrEnum):
+    DRAFT = "draft"  # the month so far, or past it within its grace window: recomputed on every read
+    FINAL = "final"  # numbered and frozen (the database refuses to change it: migration 0008)
+
+
+# Finalising is a guarded UPDATE … WHERE status = 'draft' (two finalisers: one wins); see finalize*.
+INVOICE = Machine(
+    "invoice",
+    InvoiceStatus.DRAFT,
+    {InvoiceStatus.DRAFT: frozenset({InvoiceStatus.FINAL}), InvoiceStatus.FINAL: frozenset()},
+)
 
 
 @dataclass(frozen=True)
@@ -264,7 +279,11 @@ def _groups_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_G
 
 
 def _final_periods(s: Session, ba_id: int) -> set[str]:
-    return set(s.scalars(select(Invoice.period).where(Invoice.billing_account_id == ba_id, Invoice.status == "final")))
+    return set(
+        s.scalars(
+            select(Invoice.period).where(Invoice.billing_account_id == ba_id, Invoice.status == InvoiceStatus.FINAL)
+        )
+    )
 
 
 def _target(own: str, final: set[str]) -> str:
@@ -358,7 +377,9 @@ def _list(s: Session, ba_id: int, tz: ZoneInfo, current: str) -> list[InvoiceVie
     if current not in final:
         drafts.setdefault(current, [])
     for period, items in drafts.items():
-        views.append(InvoiceView(ba_id, ba.name, ba.kind, period, "draft", None, cur, _lines(items, period)))
+        views.append(
+            InvoiceView(ba_id, ba.name, ba.kind, period, InvoiceStatus.DRAFT, None, cur, _lines(items, period))
+        )
     return sorted(views, key=lambda v: v.period, reverse=True)
 
 
@@ -414,7 +435,7 @@ def finalize(p: Platform, billing_account_id: int, period: str) -> InvoiceView |
         inv = Invoice(
             billing_account_id=billing_account_id,
             period=period,
-            status="draft",
+            status=INVOICE.initial,
             number=_next_number(s),
             currency=currency(s),
             total_minor=sum(line.amount_minor for line in lines),
@@ -438,8 +459,8 @@ def finalize(p: Platform, billing_account_id: int, period: str) -> InvoiceView |
             raise Conflict("invoice_race", "usage was posted while this invoice was written; retry")
         s.execute(
             update(Invoice)
-            .where(Invoice.id == inv.id, Invoice.status == "draft")
-            .values(status="final", finalized_at_ms=p.clock.now_ms())
+            .where(Invoice.id == inv.id, Invoice.status == InvoiceStatus.DRAFT)  # INVOICE: draft → final
+            .values(status=InvoiceStatus.FINAL, finalized_at_ms=p.clock.now_ms())
         )
         s.refresh(inv)
         return _stored(s, inv, ba.name, ba.kind)
@@ -490,7 +511,7 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
         final: dict[int, set[str]] = defaultdict(set)
         for ba_id, period in s.execute(
             select(Invoice.billing_account_id, Invoice.period).where(
-                Invoice.billing_account_id.in_(ba_ids), Invoice.status == "final"
+                Invoice.billing_account_id.in_(ba_ids), Invoice.status == InvoiceStatus.FINAL
             )
         ):
             final[ba_id].add(period)
@@ -509,7 +530,7 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
             inv = Invoice(
                 billing_account_id=ba_id,
                 period=period,
-                status="draft",
+                status=INVOICE.initial,
                 number=first + i,
                 currency=cur,
                 total_minor=sum(line.amount_minor for line in lines),
@@ -551,8 +572,8 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
             raise Conflict("invoice_race", "usage was posted while these invoices were written; retry")
         s.execute(
             update(Invoice)
-            .where(Invoice.id.in_([inv.id for inv, _ in made]), Invoice.status == "draft")
-            .values(status="final", finalized_at_ms=p.clock.now_ms())
+            .where(Invoice.id.in_([inv.id for inv, _ in made]), Invoice.status == InvoiceStatus.DRAFT)
+            .values(status=InvoiceStatus.FINAL, finalized_at_ms=p.clock.now_ms())
             .execution_options(synchronize_session=False)
         )
         return len(made)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from enum import StrEnum
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from danlu.accounts.service import get_user_by_name
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
+from danlu.core.states import Machine
 from danlu.db.models import BillingAccount, Setting, User, Verification
 
 SETTING = "student_discount_bp"
@@ -32,6 +34,23 @@ class VerificationView:
     discount_bp: int  # what an approved renter gets now
 
 
+class Verdict(StrEnum):
+    PENDING = "pending"  # asked, waiting for the operator
+    APPROVED = "approved"
+    REFUSED = "refused"
+
+
+VERIFICATION = Machine(
+    "verification",
+    Verdict.PENDING,
+    {
+        Verdict.PENDING: frozenset({Verdict.APPROVED, Verdict.REFUSED}),
+        Verdict.APPROVED: frozenset(),
+        Verdict.REFUSED: frozenset(),
+    },
+)
+
+
 def discount_bp(session: Session) -> int:
     row = session.get(Setting, SETTING)
     return int(row.value) if row is not None else 0
@@ -45,7 +64,7 @@ def _latest(session: Session, user_id: int) -> Verification | None:
 
 def is_student(session: Session, user_id: int) -> bool:
     row = _latest(session, user_id)
-    return row is not None and row.status == "approved"
+    return row is not None and row.status == Verdict.APPROVED
 
 
 def allocation_discount_bp(session: Session, billing_account_id: int) -> int:
@@ -76,7 +95,7 @@ def request(p: Platform, user: User, institution: str, evidence: str = "") -> Ve
     with p.db.write() as s:
         s.execute(select(User.id).where(User.id == user.id).with_for_update()).scalar_one()  # one request at a time
         latest = _latest(s, user.id)
-        if latest is not None and latest.status in ("pending", "approved"):
+        if latest is not None and latest.status in (Verdict.PENDING, Verdict.APPROVED):
             raise Conflict(
                 "verification_exists",
                 f"your verification is already {latest.status}; see `danlu student status`",
@@ -84,7 +103,7 @@ def request(p: Platform, user: User, institution: str, evidence: str = "") -> Ve
         s.add(
             Verification(
                 user_id=user.id,
-                status="pending",
+                status=VERIFICATION.initial,
                 institution=institution,
                 evidence=evidence,
                 reason="",
@@ -106,7 +125,7 @@ def pending(p: Platform) -> list[tuple[VerificationView, str]]:
         rows = s.execute(
             select(Verification, User)
             .join(User, User.id == Verification.user_id)
-            .where(Verification.status == "pending")
+            .where(Verification.status == Verdict.PENDING)
             .order_by(Verification.id)
         ).all()
         return [(_view(s, u), v.evidence) for v, u in rows]
@@ -118,9 +137,9 @@ def decide(p: Platform, name: str, approve: bool, reason: str) -> VerificationVi
     with p.db.write() as s:
         user = get_user_by_name(s, name)
         row = _latest(s, user.id)
-        if row is None or row.status != "pending":
+        if row is None or row.status != Verdict.PENDING:
             raise NotFound("verification_not_found", f"{name} has no pending verification request")
-        row.status = "approved" if approve else "refused"
+        row.status = VERIFICATION.move(row.status, Verdict.APPROVED if approve else Verdict.REFUSED, "decide")
         row.reason = reason.strip()
         row.decided_at_ms = p.clock.now_ms()
         s.flush()

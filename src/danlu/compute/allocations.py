@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from danlu.compute.lifecycle import HoldState
 from danlu.core.errors import InvalidInput, NoCapacity
 from danlu.db.models import Gpu, Hold
 
@@ -164,7 +165,7 @@ def usable_hold(session: Session, billing_account_id: int, gpu_model: str, count
         .where(
             Hold.billing_account_id == billing_account_id,
             Hold.gpu_model == gpu_model,
-            Hold.state == "active",
+            Hold.state == HoldState.ACTIVE,
             Hold.starts_at_ms <= now_ms,
             Hold.ends_at_ms > now_ms,
             Hold.gpu_count >= count,
@@ -173,7 +174,7 @@ def usable_hold(session: Session, billing_account_id: int, gpu_model: str, count
     ).all()
     for hold_id in candidates:
         h = session.get(Hold, hold_id, with_for_update=True, populate_existing=True)
-        if h is None or h.state != "active" or h.ends_at_ms <= now_ms:
+        if h is None or h.state != HoldState.ACTIVE or h.ends_at_ms <= now_ms:
             continue
         idle = session.execute(
             select(func.count(Gpu.id)).where(Gpu.hold_id == h.id, Gpu.allocation_id.is_(None), Gpu.present.is_(True))

@@ -38,7 +38,7 @@ from danlu.billing.terms import TermView, current_terms, offered, view
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, instances
 from danlu.compute.instances import continue_on_demand, request_stop, terminate_runs, transition
-from danlu.compute.lifecycle import Status, StopCause
+from danlu.compute.lifecycle import HOLD, HoldState, Status, StopCause
 from danlu.compute.quotas import check_member_quota, check_quota
 from danlu.compute.runs import check_may_run
 from danlu.compute.views import InstanceView
@@ -342,7 +342,7 @@ def buy_in(
         cancel_fee_bp=row.cancel_fee_bp,
         paid_minor=q.amount_minor,
         on_expiry=on_expiry,
-        state="active",
+        state=HOLD.initial,
         instance_id=instance_id,
         starts_at_ms=now_ms,
         ends_at_ms=now_ms + t.seconds * 1000,
@@ -405,7 +405,7 @@ class _Ended:
     orphans: list[str] = field(default_factory=list)  # prepared runs no launch of this process owns
 
 
-def _end(p: Platform, s: Session, h: Hold, at_ms: int, state: str, reason: str, locked: list[str]) -> _Ended:
+def _end(p: Platform, s: Session, h: Hold, at_ms: int, state: HoldState, reason: str, locked: list[str]) -> _Ended:
     """End ``h`` at ``at_ms`` (its expiry, or a cancellation now): every instance still running on
     it stops, or runs on at the on-demand price from exactly ``at_ms``, as the buyer chose; the
     GPUs are no longer kept. ``locked``: the instances on it the caller locked before the payer's
@@ -442,7 +442,7 @@ def _end(p: Platform, s: Session, h: Hold, at_ms: int, state: str, reason: str, 
                 at_ms=now,
             )
         )
-    h.state, h.ended_at_ms = state, at_ms
+    h.state, h.ended_at_ms = HOLD.move(h.state, state, "end"), at_ms
     allocations.unhold(s, h.id)
     s.add(
         Event(
@@ -467,7 +467,7 @@ def _after_commit(p: Platform, ended: _Ended) -> None:
 def next_end_ms(s: Session) -> int | None:
     """When the next active hold ends (the loop meters then, so its instances stop or go on
     demand on time)."""
-    return s.execute(select(func.min(Hold.ends_at_ms)).where(Hold.state == "active")).scalar_one_or_none()
+    return s.execute(select(func.min(Hold.ends_at_ms)).where(Hold.state == HoldState.ACTIVE)).scalar_one_or_none()
 
 
 def expire_due(p: Platform, now_ms: int | None = None) -> int:
@@ -475,7 +475,7 @@ def expire_due(p: Platform, now_ms: int | None = None) -> int:
     exactly its end; returns how many. One hold's failure is logged and retried next pass."""
     now = p.clock.now_ms() if now_ms is None else now_ms
     with p.db.read() as s:
-        due = list(s.scalars(select(Hold.id).where(Hold.state == "active", Hold.ends_at_ms <= now)))
+        due = list(s.scalars(select(Hold.id).where(Hold.state == HoldState.ACTIVE, Hold.ends_at_ms <= now)))
     done = 0
     for hold_id in due:
         try:
@@ -497,10 +497,10 @@ def _expire_one(p: Platform, hold_id: str) -> _Ended | None:
             return None
         lock_billing_account(s, h.billing_account_id)
         h = s.get(Hold, hold_id, with_for_update=True, populate_existing=True)
-        if h is None or h.state != "active":
+        if h is None or h.state != HoldState.ACTIVE:
             return None
         then = "runs on at the on-demand price" if h.on_expiry == "on-demand" else "stopped"
-        return _end(p, s, h, h.ends_at_ms, "expired", f"{h.term} hold {h.id} expired: {then}", locked)
+        return _end(p, s, h, h.ends_at_ms, HoldState.EXPIRED, f"{h.term} hold {h.id} expired: {then}", locked)
 
 
 def _cancellation(h: Hold, now_ms: int) -> commitments.Cancellation:
@@ -517,7 +517,7 @@ def _check_may_cancel(s: Session, user: User, h: Hold, now_ms: int) -> None:
     spender = teams.may_spend(s, user, h.billing_account_id)
     if not spender or not teams.may_manage(s, user, h.user_id, h.billing_account_id):
         raise Forbidden("team_role_required", "only the hold's buyer or the team's owners and admins may cancel it")
-    if h.state != "active":
+    if h.state != HoldState.ACTIVE:
         raise Conflict("hold_not_active", f"hold {h.id} is {h.state}; there is nothing to cancel")
     if now_ms >= h.ends_at_ms:  # over, and the loop is about to end it at exactly its end
         raise Conflict("hold_not_active", f"hold {h.id} ended at {iso(h.ends_at_ms)}; there is nothing to cancel")
@@ -584,7 +584,7 @@ def cancel(p: Platform, user: User, hold_id: str, quote_id: str) -> HoldView:
         now = max(p.clock.now_ms(), q.created_at_ms)
         _check_may_cancel(s, user, h, now)
         c = _cancellation(h, now)
-        ended = _end(p, s, h, now, "cancelled", f"{h.term} hold {h.id} cancelled early by {user.name}", locked)
+        ended = _end(p, s, h, now, HoldState.CANCELLED, f"{h.term} hold {h.id} cancelled early by {user.name}", locked)
         cash = cash_account(s, h.billing_account_id)
         t = commitments.term(h.term)
         tx = post(

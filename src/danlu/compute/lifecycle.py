@@ -6,6 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from danlu.core.errors import Conflict
+from danlu.core.states import Machine
 
 
 class Status(StrEnum):
@@ -75,3 +76,20 @@ def check_transition(current: Status, target: Status, action: str) -> None:
             f"cannot {action} an instance that is {current.value}; {NEXT_STEP.get(current, '')}".rstrip("; "),
             status=current.value,
         )
+
+
+class HoldState(StrEnum):
+    ACTIVE = "active"  # its GPUs are kept for the buyer until ends_at_ms
+    EXPIRED = "expired"  # its term ended
+    CANCELLED = "cancelled"  # ended early, with the refund its terms give
+
+
+HOLD = Machine(
+    "hold",
+    HoldState.ACTIVE,
+    {
+        HoldState.ACTIVE: frozenset({HoldState.EXPIRED, HoldState.CANCELLED}),
+        HoldState.EXPIRED: frozenset(),
+        HoldState.CANCELLED: frozenset(),
+    },
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from danlu.compute.lifecycle import HoldState
 from danlu.core.errors import QuotaExceeded
 from danlu.db.models import Allocation, Gpu, Hold, Instance, Team, TeamMember, User
 
@@ -37,7 +38,7 @@ def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, inter
 
 def _idle_held(session: Session, user_id: int, billing_account_id: int | None = None) -> int:
     """Idle GPUs of the active holds ``user_id`` bought (on ``billing_account_id`` if given)."""
-    holds = select(Hold.id).where(Hold.user_id == user_id, Hold.state == "active")
+    holds = select(Hold.id).where(Hold.user_id == user_id, Hold.state == HoldState.ACTIVE)
     if billing_account_id is not None:
         holds = holds.where(Hold.billing_account_id == billing_account_id)
     return int(

@@ -34,6 +34,7 @@ from danlu.compute import holds as holds_svc
 from danlu.compute import views
 from danlu.compute.holds import QUOTE_TTL_MS
 from danlu.compute.images import list_images
+from danlu.compute.lifecycle import HoldState
 from danlu.compute.offers import list_offers
 from danlu.console.web import ConsoleRoute, Ctx, OperatorPage, OperatorPost, Page, Post, back, validated, with_flash
 from danlu.console.words import N_
@@ -164,7 +165,8 @@ def _refund(v: holds_svc.HoldView, now_ms: int) -> Refund:
 def _plans_values(ctx: Ctx) -> dict[str, Any]:
     now = ctx.platform.clock.now_ms()
     found = holds_svc.list_holds(ctx.platform, ctx.me)  # what holds_api.list_holds lists, with its numbers
-    holds = [(HoldOut.of(v), _refund(v, now) if v.state == "active" and now < v.ends_at_ms else None) for v in found]
+    active = HoldState.ACTIVE
+    holds = [(HoldOut.of(v), _refund(v, now) if v.state == active and now < v.ends_at_ms else None) for v in found]
     offers = [OfferOut.of(o) for o in list_offers(ctx.platform) if o.price_per_hour_minor is not None]
     return {
         "plans": holds_api.plans(ctx.platform, ctx.me),

@@ -23,6 +23,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 import httpx
@@ -33,6 +34,7 @@ from danlu.compute.sandbox.network import host_addresses
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput, NotFound, QuotaExceeded
+from danlu.core.states import Machine
 from danlu.db.models import Event, User, Webhook, WebhookDelivery
 from danlu.notify.feed import visible_to
 from danlu.notify.signing import forbidden_address, next_retry_s, signature
@@ -59,7 +61,16 @@ KINDS = (
 )
 TIMEOUT_S = 5.0
 BATCH = 50
-PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+class Delivery(StrEnum):
+    PENDING = "pending"  # waiting for its next attempt
+    DELIVERED = "delivered"  # the receiver answered 2xx
+    FAILED = "failed"  # out of attempts, or its webhook was removed
+
+
+PENDING, DELIVERED, FAILED = Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED
+DELIVERY = Machine(
+    "webhook delivery", PENDING, {PENDING: frozenset({DELIVERED, FAILED}), DELIVERED: frozenset(), FAILED: frozenset()}
+)
 
 
 @dataclass(frozen=True)
@@ -355,13 +366,13 @@ def deliver_due(p: Platform, limit: int = BATCH, client: httpx.Client | None = N
                 row.last_status_code = code
                 row.last_error = error
                 if code is not None and 200 <= code < 300:
-                    row.status, row.delivered_at_ms = DELIVERED, now
+                    row.status, row.delivered_at_ms = DELIVERY.move(row.status, DELIVERED, "deliver"), now
                     ok += 1
                     continue
                 bad += 1
                 wait = next_retry_s(row.attempts)
                 if wait is None:
-                    row.status = FAILED
+                    row.status = DELIVERY.move(row.status, FAILED, "give up on")
                 else:
                     row.next_attempt_ms = now + wait * 1000
     finally:
