@@ -363,6 +363,27 @@ def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform
     assert after.storage_cost_minor - before.storage_cost_minor == 300, (before, after)
 
 
+def test_a_stop_with_free_storage_never_walks_the_workspace_in_its_write_transaction(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: ``transition`` measured every stopped workspace (a walk of the renter's files) inside
+    the write transaction that stops it, which on SQLite blocks every other writer, even where storage
+    is free (the default) and the size is never used."""
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["nb"])
+
+    def walked(path: str) -> int:
+        raise AssertionError(f"walked {path} inside the stop's transaction")
+
+    monkeypatch.setattr(instances, "workspace_bytes", walked)
+    instances.stop(p, user, inst.id)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms())
+    reconcile(p)
+    assert show(p, user, inst.id).status == "stopped"
+
+
 def test_a_clock_that_jumps_during_a_tick_is_metered_on_the_next_one(
     p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -337,9 +337,13 @@ def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
     if inst.workspace_released_at_ms is not None or inst.storage_allocation_id is not None:
         return
     row = current_plan(session, storage.MODEL, storage.PLAN)
+    if row is None or row.price_per_hour_minor == 0:
+        return  # free storage: retention still applies, nothing is measured or billed
+    # Measured inside the write transaction, only when storage is priced: moving this after commit
+    # (a measuring phase, the meter waiting for it) is left to issue 27's rest.
     size = workspace_bytes(inst.workspace)
-    if row is None or row.price_per_hour_minor == 0 or storage.mib(size) == 0:
-        return  # free storage (or nothing stored): retention still applies, nothing is billed
+    if storage.mib(size) == 0:
+        return  # nothing stored
     alloc = Allocation(
         instance_id=inst.id,
         user_id=inst.user_id,
