@@ -3,7 +3,7 @@
 The benchmark starts two servers on this machine:
 
 1. a bare FastAPI + uvicorn app (the same uvicorn options as ``danlu server``:
-   ``danlu.cli.server_cmd.UVICORN_OPTIONS``) whose one endpoint returns, as pre-encoded bytes, the
+   ``danlu.server.main.UVICORN_OPTIONS``) whose one endpoint returns, as pre-encoded bytes, the
    JSON our ``GET /api/v1/offers`` returned — the floor of what the framework costs;
 2. the real ``danlu server`` (SQLite, simulated GPUs, its control loop running) with one user
    holding 50 live sandboxed instances (``sleep 600``).
@@ -68,7 +68,7 @@ def serve_bare(port: int, body_file: Path) -> None:
     import uvicorn
     from fastapi import FastAPI, Response
 
-    from danlu.cli.server_cmd import UVICORN_OPTIONS
+    from danlu.server.main import UVICORN_OPTIONS
 
     body = body_file.read_bytes()
     app = FastAPI()
