@@ -47,18 +47,18 @@ from danlu.core.clock import FakeClock
 from danlu.db.engine import open_database
 from danlu.db.models import (
     Account,
-    Allocation,
+    AllocationRow,
     BillingAccount,
-    Charge,
+    ChargeRow,
     Hold,
-    Host,
+    HostRow,
     Instance,
     Invoice,
     InvoiceLine,
     LedgerTransaction,
     PlanTerm,
     PricePlan,
-    UsageRecord,
+    UsageRecordRow,
     User,
 )
 from danlu.server.bootstrap import bootstrap
@@ -137,8 +137,14 @@ def populate(p: Platform, accounts: int, allocs_per: int, records: int, holds: i
             conn,
             BillingAccount,
             [
-                {"id": b, "kind": "team", "user_id": None, "name": f"team{b:05d}", "credit_limit_minor": 0,
-                 "created_at_ms": now}
+                {
+                    "id": b,
+                    "kind": "team",
+                    "user_id": None,
+                    "name": f"team{b:05d}",
+                    "credit_limit_minor": 0,
+                    "created_at_ms": now,
+                }
                 for b in ba_ids
             ],
         )
@@ -154,9 +160,18 @@ def populate(p: Platform, accounts: int, allocs_per: int, records: int, holds: i
             conn,
             Instance,
             [
-                {"id": f"i-{b:08x}", "user_id": user_id, "billing_account_id": b, "status": "stopped",
-                 "gpu_model": "A100-80GB", "gpu_count": 1, "command_json": '["true"]', "workspace": "/nowhere",
-                 "created_at_ms": now, "updated_at_ms": now}
+                {
+                    "id": f"i-{b:08x}",
+                    "user_id": user_id,
+                    "billing_account_id": b,
+                    "status": "stopped",
+                    "gpu_model": "A100-80GB",
+                    "gpu_count": 1,
+                    "command_json": '["true"]',
+                    "workspace": "/nowhere",
+                    "created_at_ms": now,
+                    "updated_at_ms": now,
+                }
                 for b in ba_ids
             ],
         )
@@ -168,27 +183,49 @@ def populate(p: Platform, accounts: int, allocs_per: int, records: int, holds: i
                 start = now + ((b * 7919 + k * 104_729) % (20 * 24)) * 3_600_000  # within the first 20 days
                 end = start + records * step
                 alloc_rows.append(
-                    {"id": alloc_id, "instance_id": f"i-{b:08x}", "user_id": user_id, "billing_account_id": b,
-                     "gpu_model": "A100-80GB", "gpu_count": 1, "gpu_indices": "0", "plan": "on-demand",
-                     "price_plan_id": plan_id, "price_per_hour_minor": price, "discount_bp": 0, "tariffs_json": "",
-                     "currency": "CNY", "started_at_ms": start, "ended_at_ms": end, "billed_until_ms": end,
-                     "billed_minor": records * 600, "settled": True}
+                    {
+                        "id": alloc_id,
+                        "instance_id": f"i-{b:08x}",
+                        "user_id": user_id,
+                        "billing_account_id": b,
+                        "gpu_model": "A100-80GB",
+                        "gpu_count": 1,
+                        "gpu_indices": "0",
+                        "plan": "on-demand",
+                        "price_plan_id": plan_id,
+                        "price_per_hour_minor": price,
+                        "discount_bp": 0,
+                        "tariffs_json": "",
+                        "currency": "CNY",
+                        "started_at_ms": start,
+                        "ended_at_ms": end,
+                        "billed_until_ms": end,
+                        "billed_minor": records * 600,
+                        "settled": True,
+                    }
                 )
-        _bulk(conn, Allocation, alloc_rows)
+        _bulk(conn, AllocationRow, alloc_rows)
         usage = []
         written = 0
         for a in alloc_rows:
             for r in range(records):
                 s0 = a["started_at_ms"] + r * step
                 usage.append(
-                    {"allocation_id": a["id"], "start_ms": s0, "end_ms": s0 + step, "amount_minor": 600,
-                     "gross_minor": 600, "discount_minor": 0, "voucher_minor": (600 if r == 0 else 0)}
+                    {
+                        "allocation_id": a["id"],
+                        "start_ms": s0,
+                        "end_ms": s0 + step,
+                        "amount_minor": 600,
+                        "gross_minor": 600,
+                        "discount_minor": 0,
+                        "voucher_minor": (600 if r == 0 else 0),
+                    }
                 )
             if len(usage) >= 50_000:
-                _bulk(conn, UsageRecord, usage)
+                _bulk(conn, UsageRecordRow, usage)
                 written += len(usage)
                 usage = []
-        _bulk(conn, UsageRecord, usage)
+        _bulk(conn, UsageRecordRow, usage)
         written += len(usage)
         if holds:
             _holds(conn, ba_ids, holds, user_id, plan_id, price, now)
@@ -199,7 +236,7 @@ def populate(p: Platform, accounts: int, allocs_per: int, records: int, holds: i
 
 def _holds(conn: Any, ba_ids: list[int], per: int, user_id: int, plan_id: int, price: int, now: int) -> None:
     """``per`` expired day packages per account, each with its purchase transaction and charge."""
-    host = insert(Host).values(name="bench-host", is_local=True, created_at_ms=now)
+    host = insert(HostRow).values(name="bench-host", is_local=True, created_at_ms=now)
     host_id = conn.execute(host).inserted_primary_key[0]
     term_id = conn.execute(
         insert(PlanTerm).values(term="package-day", discount_bp=1000, cancel_fee_bp=0, created_at_ms=now)
@@ -210,31 +247,60 @@ def _holds(conn: Any, ba_ids: list[int], per: int, user_id: int, plan_id: int, p
         conn,
         Hold,
         [
-            {"id": h, "billing_account_id": b, "user_id": user_id, "term": "package-day", "plan_term_id": term_id,
-             "gpu_model": "A100-80GB", "gpu_count": 1, "host_id": host_id, "price_plan_id": plan_id,
-             "price_per_hour_minor": price, "discount_bp": 1000, "cancel_fee_bp": 0, "paid_minor": paid,
-             "on_expiry": "stop", "state": "expired", "instance_id": None, "starts_at_ms": now + k * 86_400_000,
-             "ends_at_ms": now + (k + 1) * 86_400_000, "ended_at_ms": now + (k + 1) * 86_400_000,
-             "created_at_ms": now}
+            {
+                "id": h,
+                "billing_account_id": b,
+                "user_id": user_id,
+                "term": "package-day",
+                "plan_term_id": term_id,
+                "gpu_model": "A100-80GB",
+                "gpu_count": 1,
+                "host_id": host_id,
+                "price_plan_id": plan_id,
+                "price_per_hour_minor": price,
+                "discount_bp": 1000,
+                "cancel_fee_bp": 0,
+                "paid_minor": paid,
+                "on_expiry": "stop",
+                "state": "expired",
+                "instance_id": None,
+                "starts_at_ms": now + k * 86_400_000,
+                "ends_at_ms": now + (k + 1) * 86_400_000,
+                "ended_at_ms": now + (k + 1) * 86_400_000,
+                "created_at_ms": now,
+            }
             for b, k, h in keys
         ],
     )
     _bulk(
         conn,
         LedgerTransaction,
-        [{"idempotency_key": f"hold:{h}:purchase", "kind": "hold", "memo": "bench", "created_at_ms": now}
-         for _b, _k, h in keys],
+        [
+            {"idempotency_key": f"hold:{h}:purchase", "kind": "hold", "memo": "bench", "created_at_ms": now}
+            for _b, _k, h in keys
+        ],
     )
     by_key = select(LedgerTransaction.idempotency_key, LedgerTransaction.id).where(LedgerTransaction.kind == "hold")
     tx = {str(key): int(i) for key, i in conn.execute(by_key).all()}
     _bulk(
         conn,
-        Charge,
+        ChargeRow,
         [
-            {"billing_account_id": b, "user_id": user_id, "hold_id": h, "kind": "purchase", "plan": "package-day",
-             "description": "package-day (bench)", "at_ms": now + k * 86_400_000, "seconds": 86_400,
-             "price_per_hour_minor": price, "gross_minor": price * 24, "discount_minor": price * 24 - paid,
-             "amount_minor": paid, "transaction_id": tx[f"hold:{h}:purchase"]}
+            {
+                "billing_account_id": b,
+                "user_id": user_id,
+                "hold_id": h,
+                "kind": "purchase",
+                "plan": "package-day",
+                "description": "package-day (bench)",
+                "at_ms": now + k * 86_400_000,
+                "seconds": 86_400,
+                "price_per_hour_minor": price,
+                "gross_minor": price * 24,
+                "discount_minor": price * 24 - paid,
+                "amount_minor": paid,
+                "transaction_id": tx[f"hold:{h}:purchase"],
+            }
             for b, k, h in keys
         ],
     )
@@ -244,15 +310,15 @@ def floor_query(p: Platform) -> tuple[float, dict[int, int]]:
     t0 = time.perf_counter()
     with p.db.read() as s:
         rows = s.execute(
-            select(Allocation.billing_account_id, func.sum(UsageRecord.amount_minor))
-            .join(Allocation, Allocation.id == UsageRecord.allocation_id)
-            .where(UsageRecord.invoice_id.is_(None))
-            .group_by(Allocation.billing_account_id)
+            select(AllocationRow.billing_account_id, func.sum(UsageRecordRow.amount_minor))
+            .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+            .where(UsageRecordRow.invoice_id.is_(None))
+            .group_by(AllocationRow.billing_account_id)
         ).all()
         charged = s.execute(
-            select(Charge.billing_account_id, func.sum(Charge.amount_minor))
-            .where(Charge.invoice_id.is_(None))
-            .group_by(Charge.billing_account_id)
+            select(ChargeRow.billing_account_id, func.sum(ChargeRow.amount_minor))
+            .where(ChargeRow.invoice_id.is_(None))
+            .group_by(ChargeRow.billing_account_id)
         ).all()
     sums = {int(b): int(v) for b, v in rows}
     for b, v in charged:
@@ -265,8 +331,10 @@ def check(p: Platform, accounts: int, sums: dict[int, int]) -> tuple[int, int, s
     with p.db.read() as s:
         invs = s.execute(select(Invoice.billing_account_id, Invoice.number, Invoice.total_minor, Invoice.status)).all()
         lines = int(s.execute(select(func.count(InvoiceLine.id))).scalar_one())
-        left = int(s.execute(select(func.count(UsageRecord.id)).where(UsageRecord.invoice_id.is_(None))).scalar_one())
-        left += int(s.execute(select(func.count(Charge.id)).where(Charge.invoice_id.is_(None))).scalar_one())
+        left = int(
+            s.execute(select(func.count(UsageRecordRow.id)).where(UsageRecordRow.invoice_id.is_(None))).scalar_one()
+        )
+        left += int(s.execute(select(func.count(ChargeRow.id)).where(ChargeRow.invoice_id.is_(None))).scalar_one())
     if len(invs) != accounts:
         problems.append(f"{len(invs)} invoices for {accounts} accounts")
     if sorted(int(i.number) for i in invs) != list(range(1, len(invs) + 1)):

@@ -55,7 +55,7 @@ from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.core.errors import Conflict
 from danlu.db.engine import open_database
-from danlu.db.models import Account, Allocation, Instance, LedgerEntry, UsageRecord, User
+from danlu.db.models import Account, AllocationRow, Instance, LedgerEntry, UsageRecordRow, User
 from danlu.server.bootstrap import bootstrap
 from danlu.server.loop import ControlLoop
 
@@ -256,10 +256,15 @@ def kill_leftovers(p: Platform) -> None:
 def check_books(p: Platform) -> Books:
     b = Books()
     with p.db.read() as s:
-        allocs = list(s.scalars(select(Allocation)))
+        allocs = list(s.scalars(select(AllocationRow)))
         rows: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
         for aid, start, end, amount in s.execute(
-            select(UsageRecord.allocation_id, UsageRecord.start_ms, UsageRecord.end_ms, UsageRecord.amount_minor)
+            select(
+                UsageRecordRow.allocation_id,
+                UsageRecordRow.start_ms,
+                UsageRecordRow.end_ms,
+                UsageRecordRow.amount_minor,
+            )
         ):
             rows[aid].append((start, end, amount))
         b.ledger_sum_minor = int(s.execute(select(func.coalesce(func.sum(LedgerEntry.amount_minor), 0))).scalar_one())
@@ -285,10 +290,10 @@ def check_books(p: Platform) -> Books:
         )
         b.money_billed_minor += a.billed_minor
 
-        def sec(t: int, a: Allocation = a) -> int:
+        def sec(t: int, a: AllocationRow = a) -> int:
             return billable_seconds(a.started_at_ms, t)
 
-        def cost(seconds: int, a: Allocation = a) -> int:
+        def cost(seconds: int, a: AllocationRow = a) -> int:
             return cumulative_cost(Rate(a.price_per_hour_minor, a.gpu_count, a.started_at_ms, Plan(a.plan)), seconds)
 
         cursor = a.started_at_ms

@@ -55,14 +55,14 @@ from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, billable_seconds, cumulative_cost
 from danlu.db.models import (
     Account,
-    Allocation,
+    AllocationRow,
     Gpu,
     Instance,
     InstanceEvent,
     Job,
     LedgerEntry,
     LedgerTransaction,
-    UsageRecord,
+    UsageRecordRow,
     User,
 )
 
@@ -381,8 +381,8 @@ class Rows:
     """Everything the checks read, in one read of the database."""
 
     instances: dict[str, Instance]
-    allocations: list[Allocation]  # by instance, then start
-    usage: dict[int, list[UsageRecord]]
+    allocations: list[AllocationRow]  # by instance, then start
+    usage: dict[int, list[UsageRecordRow]]
     jobs: list[Job]
     gpus_held: list[Gpu]
     accounts: list[Account]
@@ -393,15 +393,17 @@ class Rows:
 
 
 def read_rows(s: Session) -> Rows:
-    usage: dict[int, list[UsageRecord]] = defaultdict(list)
-    for u in s.scalars(select(UsageRecord).order_by(UsageRecord.start_ms)):
+    usage: dict[int, list[UsageRecordRow]] = defaultdict(list)
+    for u in s.scalars(select(UsageRecordRow).order_by(UsageRecordRow.start_ms)):
         usage[u.allocation_id].append(u)
     events: dict[str, list[InstanceEvent]] = defaultdict(list)
     for ev in s.scalars(select(InstanceEvent).order_by(InstanceEvent.id)):
         events[ev.instance_id].append(ev)
     return Rows(
         instances={i.id: i for i in s.scalars(select(Instance))},
-        allocations=list(s.scalars(select(Allocation).order_by(Allocation.instance_id, Allocation.started_at_ms))),
+        allocations=list(
+            s.scalars(select(AllocationRow).order_by(AllocationRow.instance_id, AllocationRow.started_at_ms))
+        ),
         usage=usage,
         jobs=list(s.scalars(select(Job))),
         gpus_held=list(s.scalars(select(Gpu).where(Gpu.allocation_id.is_not(None)))),
@@ -454,7 +456,7 @@ def check_billing(rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, lis
                 f"{tag}: billed {secs} s but its command never ran (supervisor {'seen' if mine else 'never seen'}; "
                 f"instance {inst.status}: {inst.status_reason!r})"
             )
-    by_inst: dict[str, list[Allocation]] = defaultdict(list)
+    by_inst: dict[str, list[AllocationRow]] = defaultdict(list)
     for a in rows.allocations:
         by_inst[a.instance_id].append(a)
     for iid, lst in by_inst.items():

@@ -34,7 +34,7 @@ from danlu.console.web import ConsoleRoute
 from danlu.core.clock import FakeClock
 from danlu.db.models import (
     Account,
-    Allocation,
+    AllocationRow,
     ApiToken,
     Budget,
     Gpu,
@@ -340,7 +340,7 @@ def db_state(live: LiveServer) -> dict[str, Any]:
             ],
             "allocations": [
                 (x.id, x.instance_id, x.started_at_ms, x.ended_at_ms, x.billed_until_ms, x.billed_minor, x.settled)
-                for x in s.scalars(select(Allocation).order_by(Allocation.id))
+                for x in s.scalars(select(AllocationRow).order_by(AllocationRow.id))
             ],
             "jobs": [
                 (j.id, j.status, j.status_reason, j.cancel_requested, j.current_instance_id, j.attempts)

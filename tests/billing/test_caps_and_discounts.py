@@ -16,7 +16,7 @@ from danlu.compute.runs import PREEMPT_FILE
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import Forbidden, InvalidInput
-from danlu.db.models import Allocation, Event, UsageRecord
+from danlu.db.models import AllocationRow, Event, UsageRecordRow
 from tests.billing.test_metering import assert_ledger_consistent, renter
 from tests.billing.test_money_machine import check_books
 from tests.fakes import RecordingBackend
@@ -34,9 +34,9 @@ def usage(p: Platform, instance_id: str) -> tuple[int, int, int, int]:
     """(gross, discount, vouchers, charged) over an instance's usage records."""
     with p.db.read() as s:
         rows = s.execute(
-            select(UsageRecord)
-            .join(Allocation, Allocation.id == UsageRecord.allocation_id)
-            .where(Allocation.instance_id == instance_id)
+            select(UsageRecordRow)
+            .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+            .where(AllocationRow.instance_id == instance_id)
         ).scalars()
         recs = list(rows)
     return (

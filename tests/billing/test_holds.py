@@ -20,7 +20,7 @@ from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity, NotFound
-from danlu.db.models import Allocation, Gpu, Hold, UsageRecord
+from danlu.db.models import AllocationRow, Gpu, Hold, UsageRecordRow
 from tests.billing.test_metering import renter
 from tests.billing.test_money_machine import check_books
 from tests.fakes import RecordingBackend
@@ -87,14 +87,14 @@ def test_a_package_is_prepaid_keeps_its_gpu_while_stopped_and_its_rentals_cost_n
     assert again.hold_id == h.id
     with p.db.read() as s:
         seconds = s.execute(
-            select(func.sum(UsageRecord.end_ms - UsageRecord.start_ms))
-            .join(Allocation, Allocation.id == UsageRecord.allocation_id)
-            .where(Allocation.hold_id == h.id)
+            select(func.sum(UsageRecordRow.end_ms - UsageRecordRow.start_ms))
+            .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+            .where(AllocationRow.hold_id == h.id)
         ).scalar_one()
         charged = s.execute(
-            select(func.sum(UsageRecord.amount_minor))
-            .join(Allocation, Allocation.id == UsageRecord.allocation_id)
-            .where(Allocation.hold_id == h.id)
+            select(func.sum(UsageRecordRow.amount_minor))
+            .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+            .where(AllocationRow.hold_id == h.id)
         ).scalar_one()
     assert seconds == 3_600_000 and charged == 0  # the hour is recorded, at no charge
     check_books(p)
@@ -110,7 +110,7 @@ def test_at_expiry_an_instance_on_a_package_stops_at_exactly_its_end(p: Platform
     view = instances.show(p, ann, inst.id)
     assert view.status == "stopping" and "expired" in view.status_reason
     with p.db.read() as s:
-        alloc = s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)).one()
+        alloc = s.scalars(select(AllocationRow).where(AllocationRow.instance_id == inst.id)).one()
         assert alloc.ended_at_ms == h.ends_at_ms  # billing ended at the end, not when the loop came
         assert s.get(Hold, h.id).state == "expired"  # type: ignore[union-attr]
         assert s.scalars(select(Gpu).where(Gpu.hold_id == h.id)).all() == []
@@ -129,7 +129,9 @@ def test_at_expiry_an_instance_on_a_package_goes_on_demand_from_exactly_its_end(
     view = instances.show(p, ann, inst.id)
     assert view.status == "running" and view.hold_id is None and view.price_per_hour_minor == 3600
     with p.db.read() as s:
-        rows = s.scalars(select(Allocation).where(Allocation.instance_id == inst.id).order_by(Allocation.id)).all()
+        rows = s.scalars(
+            select(AllocationRow).where(AllocationRow.instance_id == inst.id).order_by(AllocationRow.id)
+        ).all()
         assert [(a.plan, a.started_at_ms) for a in rows] == [("held", h.starts_at_ms), ("on-demand", h.ends_at_ms)]
     assert balance(p, ann) == 500_000 - WEEK_PRICE - 100  # 100 s past the end at 1 fen a second
     check_books(p)
@@ -343,7 +345,7 @@ def test_running_out_of_money_or_into_a_cap_never_stops_what_runs_on_a_prepaid_h
     assert instances.show(p, ann, paid.id).status == "stopping"  # out of money: the paid one stops
     assert instances.show(p, ann, prepaid.id).status == "running"  # the prepaid one goes on
     with p.db.read() as s:
-        held = s.scalars(select(Allocation).where(Allocation.instance_id == prepaid.id)).one()
+        held = s.scalars(select(AllocationRow).where(AllocationRow.instance_id == prepaid.id)).one()
         assert (held.ended_at_ms, held.settled, held.billed_until_ms) == (None, False, fake_clock.now_ms())
     assert balance(p, ann) == 0
     bob = renter(p, "bob", "6000.00")

@@ -26,12 +26,12 @@ from danlu.core.clock import FakeClock
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.db.models import (
     Account,
-    Allocation,
+    AllocationRow,
     Invoice,
     LedgerEntry,
     LedgerTransaction,
     Setting,
-    UsageRecord,
+    UsageRecordRow,
     User,
 )
 from tests.fakes import RecordingBackend
@@ -152,7 +152,7 @@ def test_finalising_twice_changes_nothing(p: Platform, fake_clock: FakeClock) ->
     with p.db.read() as s:
         assert s.scalar(select(func.count(Invoice.id))) == 1
         assert s.get(Setting, invoices.SEQ_KEY).value == "1"  # type: ignore[union-attr]
-        assert s.scalar(select(func.count(UsageRecord.id)).where(UsageRecord.invoice_id.is_(None))) == 0
+        assert s.scalar(select(func.count(UsageRecordRow.id)).where(UsageRecordRow.invoice_id.is_(None))) == 0
 
 
 def test_an_open_month_cannot_be_finalised(p: Platform, fake_clock: FakeClock) -> None:
@@ -237,7 +237,9 @@ def test_usage_posted_after_its_month_is_final_is_an_adjustment_on_the_next_draf
     assert jan is not None and jan.total_minor == 30
     # The run was lost in January, at its last sighting; the meter posts it now, after January closed.
     with p.db.write() as s:
-        s.execute(update(Allocation).where(Allocation.instance_id == late.id).values(ended_at_ms=started + 1_000_000))
+        s.execute(
+            update(AllocationRow).where(AllocationRow.instance_id == late.id).values(ended_at_ms=started + 1_000_000)
+        )
     meter_all(p)
     by_period = {v.period: v for v in invoices.list_invoices(p, ba)}
     assert by_period["2026-01"].lines == jan.lines  # the final invoice is as it was

@@ -18,7 +18,7 @@ from danlu.compute.reconcile import meter_all, reconcile
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import InsufficientFunds
-from danlu.db.models import Account, Allocation, LedgerEntry, UsageRecord, User
+from danlu.db.models import Account, AllocationRow, LedgerEntry, UsageRecordRow, User
 from tests.fakes import RecordingBackend
 
 
@@ -83,9 +83,9 @@ def test_a_replayed_tick_never_charges_twice(p: Platform, fake_clock: FakeClock)
     assert billing.balance(p, user).balance_minor == charged
     # Second line of defence: the usage interval's own identity.
     with pytest.raises(IntegrityError), p.db.write() as s:
-        rec = s.scalars(select(UsageRecord)).one()
+        rec = s.scalars(select(UsageRecordRow)).one()
         s.add(
-            UsageRecord(
+            UsageRecordRow(
                 allocation_id=rec.allocation_id,
                 start_ms=rec.start_ms,
                 end_ms=rec.end_ms + 5,
@@ -95,7 +95,7 @@ def test_a_replayed_tick_never_charges_twice(p: Platform, fake_clock: FakeClock)
         )
         s.flush()
     with p.db.read() as s:
-        assert s.execute(select(func.count(UsageRecord.id))).scalar_one() == 1
+        assert s.execute(select(func.count(UsageRecordRow.id))).scalar_one() == 1
     assert_ledger_consistent(p)
 
 
@@ -197,7 +197,7 @@ def test_unsettled_allocations_survive_a_new_platform_object(
     fake_clock.advance(seconds=10)
     meter_all(p2)
     with p.db.read() as s:
-        alloc = s.scalars(select(Allocation)).one()
+        alloc = s.scalars(select(AllocationRow)).one()
         assert alloc.billed_minor == 2
 
 
@@ -210,8 +210,8 @@ def test_usage_rows_tile_every_allocation_even_when_seconds_cost_nothing(p: Plat
         meter_all(p)
     instances.stop(p, user, inst.id)
     with p.db.read() as s:
-        alloc = s.scalars(select(Allocation)).one()
-        rows = s.scalars(select(UsageRecord).order_by(UsageRecord.start_ms)).all()
+        alloc = s.scalars(select(AllocationRow)).one()
+        rows = s.scalars(select(UsageRecordRow).order_by(UsageRecordRow.start_ms)).all()
         assert rows[0].start_ms == alloc.started_at_ms and rows[-1].end_ms == alloc.ended_at_ms
         assert all(a.end_ms == b.start_ms for a, b in pairwise(rows))
         assert sum(r.amount_minor for r in rows) == alloc.billed_minor == 3  # 2.5 fen, rounded once, half up

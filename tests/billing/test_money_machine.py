@@ -39,9 +39,9 @@ from danlu.core.clock import FakeClock
 from danlu.core.errors import DanluError
 from danlu.db.models import (
     Account,
-    Allocation,
+    AllocationRow,
     BillingAccount,
-    Charge,
+    ChargeRow,
     Gpu,
     Hold,
     Instance,
@@ -49,7 +49,7 @@ from danlu.db.models import (
     InvoiceLine,
     LedgerEntry,
     LedgerTransaction,
-    UsageRecord,
+    UsageRecordRow,
     User,
 )
 from tests.conftest import end_runs, fresh_pg_schema, make_platform
@@ -81,11 +81,11 @@ def check_books(p: Platform) -> None:
                 assert acct.balance_minor >= -credit[acct.billing_account_id]
             if acct.kind == "voucher":
                 assert acct.balance_minor >= 0
-        records: dict[int, list[UsageRecord]] = defaultdict(list)
-        for r in s.scalars(select(UsageRecord).order_by(UsageRecord.allocation_id, UsageRecord.start_ms)):
+        records: dict[int, list[UsageRecordRow]] = defaultdict(list)
+        for r in s.scalars(select(UsageRecordRow).order_by(UsageRecordRow.allocation_id, UsageRecordRow.start_ms)):
             records[r.allocation_id].append(r)
         billed_by_payer: dict[int, int] = defaultdict(int)
-        for a in s.scalars(select(Allocation)):
+        for a in s.scalars(select(AllocationRow)):
             rs = records.get(a.id, [])
             edge = a.started_at_ms
             for r in rs:
@@ -120,14 +120,14 @@ def check_books(p: Platform) -> None:
                 assert ba is not None
                 moved[ba] -= e.amount_minor
         charged: dict[int, int] = defaultdict(int)
-        for c in s.scalars(select(Charge)):
+        for c in s.scalars(select(ChargeRow)):
             assert hold_tx[c.transaction_id] == ("hold" if c.kind == "purchase" else "refund")
             charged[c.billing_account_id] += c.amount_minor
         assert {k: v for k, v in moved.items() if v} == {k: v for k, v in charged.items() if v}
         for h in s.scalars(select(Hold)):
-            bought = s.scalars(select(Charge).where(Charge.hold_id == h.id, Charge.kind == "purchase")).one()
+            bought = s.scalars(select(ChargeRow).where(ChargeRow.hold_id == h.id, ChargeRow.kind == "purchase")).one()
             assert bought.amount_minor == h.paid_minor
-            refunded = s.scalars(select(Charge).where(Charge.hold_id == h.id, Charge.kind == "refund")).all()
+            refunded = s.scalars(select(ChargeRow).where(ChargeRow.hold_id == h.id, ChargeRow.kind == "refund")).all()
             assert len(refunded) == (1 if h.state == "cancelled" else 0)
             assert all(0 <= -r.amount_minor <= h.paid_minor for r in refunded)
             held = s.execute(select(func.count(Gpu.id)).where(Gpu.hold_id == h.id)).scalar_one()
@@ -144,13 +144,13 @@ def invoiced(s: Session, ba_id: int) -> int:
         .where(Invoice.billing_account_id == ba_id)
     ).scalar_one()
     pending = s.execute(
-        select(func.coalesce(func.sum(UsageRecord.amount_minor), 0))
-        .join(Allocation, Allocation.id == UsageRecord.allocation_id)
-        .where(Allocation.billing_account_id == ba_id, UsageRecord.invoice_id.is_(None))
+        select(func.coalesce(func.sum(UsageRecordRow.amount_minor), 0))
+        .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+        .where(AllocationRow.billing_account_id == ba_id, UsageRecordRow.invoice_id.is_(None))
     ).scalar_one()
     charges = s.execute(
-        select(func.coalesce(func.sum(Charge.amount_minor), 0)).where(
-            Charge.billing_account_id == ba_id, Charge.invoice_id.is_(None)
+        select(func.coalesce(func.sum(ChargeRow.amount_minor), 0)).where(
+            ChargeRow.billing_account_id == ba_id, ChargeRow.invoice_id.is_(None)
         )
     ).scalar_one()
     return int(final) + int(pending) + int(charges)
@@ -334,7 +334,7 @@ class MoneyMachine(RuleBasedStateMachine):
             ).all():
                 self.totals[kind] = self.totals.get(kind, 0) + n
             self.totals["voucher_paid"] = self.totals.get("voucher_paid", 0) + int(
-                s.execute(select(func.sum(UsageRecord.voucher_minor))).scalar_one() or 0
+                s.execute(select(func.sum(UsageRecordRow.voucher_minor))).scalar_one() or 0
             )
             self.totals["final"] = self.totals.get("final", 0) + int(
                 s.execute(select(func.count(Invoice.id)).where(Invoice.status == "final")).scalar_one()

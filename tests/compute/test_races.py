@@ -16,7 +16,7 @@ from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.views import show
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
-from danlu.db.models import Allocation, Gpu, Instance, User
+from danlu.db.models import AllocationRow, Gpu, Instance, User
 from tests.fakes import RecordingBackend
 
 
@@ -112,7 +112,7 @@ def test_two_concurrent_starts_launch_once(p: Platform) -> None:
     assert len(executor.launched) == launched_before + 1
     assert free_gpus(p) == 3
     with p.db.read() as s:
-        open_allocs = s.query(Allocation).filter(Allocation.ended_at_ms.is_(None)).count()
+        open_allocs = s.query(AllocationRow).filter(AllocationRow.ended_at_ms.is_(None)).count()
     assert open_allocs == 1
 
 
@@ -255,7 +255,7 @@ def test_a_start_reads_the_clock_under_the_lock_so_runs_never_overlap(
     monkeypatch.setattr(p.db, "write", write_after_the_run_ends)
     instances.start(p, user, inst.id)  # called while the run was still going
     with p.db.read() as s:
-        runs = s.query(Allocation).filter(Allocation.instance_id == inst.id).order_by(Allocation.id).all()
+        runs = s.query(AllocationRow).filter(AllocationRow.instance_id == inst.id).order_by(AllocationRow.id).all()
         spans = [(a.started_at_ms, a.ended_at_ms) for a in runs]
     assert len(spans) == 2
     assert spans[1][0] >= spans[0][1], f"intervals overlap: {spans}"
@@ -332,7 +332,7 @@ def test_a_run_ending_while_the_loop_works_is_never_billed_past_its_end(
     assert view.status == "exited"
     assert view.billed_seconds == 101  # to the exit, not to the meter's clock 1 s later
     with p.db.read() as s:
-        [alloc] = s.query(Allocation).filter(Allocation.instance_id == inst.id).all()
+        [alloc] = s.query(AllocationRow).filter(AllocationRow.instance_id == inst.id).all()
         assert alloc.ended_at_ms == alloc.billed_until_ms == exit_at
 
 
@@ -406,5 +406,5 @@ def test_a_clock_that_jumps_during_a_tick_is_metered_on_the_next_one(
     monkeypatch.setattr(loop_mod, "schedule_round", lambda platform: None)
     loop.run_once()  # the clock stands still now
     with p.db.read() as s:
-        alloc = s.get(Allocation, s.get(Instance, inst.id).current_allocation_id)  # type: ignore[union-attr]
+        alloc = s.get(AllocationRow, s.get(Instance, inst.id).current_allocation_id)  # type: ignore[union-attr]
         assert alloc is not None and alloc.billed_until_ms == fake_clock.now_ms()

@@ -17,7 +17,7 @@ from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
-from danlu.db.models import Allocation, User
+from danlu.db.models import AllocationRow, User
 from tests.conftest import make_platform, wait_for
 
 
@@ -63,7 +63,7 @@ def test_restart_adopts_finishes_and_loses(db_url: str, tmp_path: Path) -> None:
     assert a.billed_seconds >= 3
     assert (e.status, e.exit_code) == ("exited", 5)
     with p2.db.read() as s:  # ended when the command ended, not when we noticed
-        [alloc] = s.scalars(select(Allocation).where(Allocation.instance_id == exits.id)).all()
+        [alloc] = s.scalars(select(AllocationRow).where(AllocationRow.instance_id == exits.id)).all()
     assert alloc.ended_at_ms == ended_ms and e.billed_seconds == (ended_ms - alloc.started_at_ms) // 1000 >= 2
     assert lo.status == "lost" and "last seen alive" in lo.status_reason
     assert lo.billed_seconds == (last_seen - started) // 1000  # not a second beyond

@@ -28,7 +28,7 @@ from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
-from danlu.db.models import Allocation, Instance
+from danlu.db.models import AllocationRow, Instance
 from danlu.server.bootstrap import bootstrap
 from tests.conftest import (
     WORKER_UIDS,
@@ -162,7 +162,7 @@ def test_rentals_run_as_slurm_jobs_and_are_billed_slurms_elapsed_seconds(slurm_l
         assert elapsed >= 2
         assert stopped["billed_seconds"] == elapsed  # Slurm's StartTime to its EndTime (the scancel)
         with p.db.read() as s:  # the billed interval is Slurm's, not the moments danlu asked
-            alloc = s.scalars(select(Allocation).where(Allocation.instance_id == inst)).one()
+            alloc = s.scalars(select(AllocationRow).where(AllocationRow.instance_id == inst)).one()
         record = slurm_job(p, job)
         assert record.start_s is not None and record.end_s is not None
         assert alloc.started_at_ms == record.start_s * 1000

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from danlu.accounts.payers import currency
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, Budget, Charge, Event, Hold, Setting, UsageRecord
+from danlu.db.models import AllocationRow, Budget, ChargeRow, Event, Hold, Setting, UsageRecordRow
 
 THRESHOLDS = (50, 80, 100)
 
@@ -32,7 +32,7 @@ def period_key(now_ms: int, tz: ZoneInfo) -> str:
     return datetime.fromtimestamp(now_ms / 1000, tz).strftime("%Y-%m")
 
 
-def in_scope(budget: Budget, alloc: Allocation) -> bool:
+def in_scope(budget: Budget, alloc: AllocationRow) -> bool:
     return covers(budget, alloc.user_id, alloc.instance_id)
 
 
@@ -48,11 +48,11 @@ def covers(budget: Budget, user_id: int, instance_id: str) -> bool:
 
 def _scope_filter(budget: Budget) -> list[object]:
     kind, _, ref = budget.scope.partition(":")
-    out: list[object] = [Allocation.billing_account_id == budget.billing_account_id]
+    out: list[object] = [AllocationRow.billing_account_id == budget.billing_account_id]
     if kind == "member":
-        out.append(Allocation.user_id == int(ref))
+        out.append(AllocationRow.user_id == int(ref))
     elif kind == "instance":
-        out.append(Allocation.instance_id == ref)
+        out.append(AllocationRow.instance_id == ref)
     return out
 
 
@@ -60,12 +60,12 @@ def spent_minor(session: Session, budget: Budget, now_ms: int, tz: ZoneInfo) -> 
     """What was charged in the budget's scope (this period for a monthly one): usage, and for the
     account and a member, packages and reservations bought less their refunds (``charges``)."""
     stmt = (
-        select(func.coalesce(func.sum(UsageRecord.amount_minor), 0))
-        .join(Allocation, Allocation.id == UsageRecord.allocation_id)
+        select(func.coalesce(func.sum(UsageRecordRow.amount_minor), 0))
+        .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
         .where(*_scope_filter(budget))  # type: ignore[arg-type]
     )
     if budget.period == "month":
-        stmt = stmt.where(UsageRecord.end_ms > period_start_ms(now_ms, tz))
+        stmt = stmt.where(UsageRecordRow.end_ms > period_start_ms(now_ms, tz))
     spent = int(session.execute(stmt).scalar_one())
     kind, _, ref = budget.scope.partition(":")
     if kind == "instance":
@@ -73,9 +73,9 @@ def spent_minor(session: Session, budget: Budget, now_ms: int, tz: ZoneInfo) -> 
     # A refund counts in the month its purchase did (joined by hold), so a cancellation never
     # makes a later month's spending negative; both are the buyer's.
     charged = (
-        select(func.coalesce(func.sum(Charge.amount_minor), 0))
-        .join(Hold, Hold.id == Charge.hold_id)
-        .where(Charge.billing_account_id == budget.billing_account_id)
+        select(func.coalesce(func.sum(ChargeRow.amount_minor), 0))
+        .join(Hold, Hold.id == ChargeRow.hold_id)
+        .where(ChargeRow.billing_account_id == budget.billing_account_id)
     )
     if kind == "member":
         charged = charged.where(Hold.user_id == int(ref))
@@ -97,10 +97,10 @@ def hard_caps(session: Session, billing_account_id: int, now_ms: int) -> list[tu
 
 
 def cap_targets(
-    allocations: list[Allocation],
+    allocations: list[AllocationRow],
     targets: dict[int, int],
     caps: list[tuple[Budget, int]],
-    charge: Callable[[Allocation, int], int],
+    charge: Callable[[AllocationRow, int], int],
 ) -> dict[int, int]:
     """Where each allocation's billing must stop so that no hard cap is exceeded: for each cap whose
     scope would go over, the latest common instant its allocations can be billed to (binary search;
@@ -112,10 +112,10 @@ def cap_targets(
         if not scoped:
             continue
 
-        def at(t: int, scoped: list[Allocation] = scoped) -> dict[int, int]:
+        def at(t: int, scoped: list[AllocationRow] = scoped) -> dict[int, int]:
             return {a.id: max(a.billed_until_ms, min(capped.get(a.id, targets[a.id]), t)) for a in scoped}
 
-        def cost(t: int, scoped: list[Allocation] = scoped) -> int:
+        def cost(t: int, scoped: list[AllocationRow] = scoped) -> int:
             where = at(t)
             return sum(charge(a, where[a.id]) for a in scoped)
 

@@ -41,7 +41,7 @@ from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor
 from danlu.core.states import Machine
-from danlu.db.models import Account, Allocation, Charge, Invoice, InvoiceLine, Setting, UsageRecord, User
+from danlu.db.models import Account, AllocationRow, ChargeRow, Invoice, InvoiceLine, Setting, UsageRecordRow, User
 
 SEQ_KEY = "invoice_seq"
 FORMATS = ("json", "csv", "html")
@@ -179,7 +179,7 @@ class _Group:
     (intervals tile an allocation, and an invoice takes all of a month's posted so far), so their
     whole billed seconds telescope to those of [first start, last end)."""
 
-    alloc: Allocation
+    alloc: AllocationRow
     own: str
     first_start_ms: int
     last_end_ms: int
@@ -198,7 +198,7 @@ class _Group:
 class _ChargeItem:
     """A one-off charge not yet on an invoice (a hold's purchase or refund): one line of its own."""
 
-    charge: Charge
+    charge: ChargeRow
     own: str
     count: int = 0  # usage intervals it carries (none)
 
@@ -209,9 +209,9 @@ _Item = _Group | _ChargeItem
 def _charges_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_Item]]:
     out: dict[int, list[_Item]] = defaultdict(list)
     for c in s.scalars(
-        select(Charge)
-        .where(Charge.invoice_id.is_(None), Charge.billing_account_id.in_(ba_ids))
-        .order_by(Charge.at_ms, Charge.id)
+        select(ChargeRow)
+        .where(ChargeRow.invoice_id.is_(None), ChargeRow.billing_account_id.in_(ba_ids))
+        .order_by(ChargeRow.at_ms, ChargeRow.id)
     ):
         out[c.billing_account_id].append(_ChargeItem(c, period_of(c.at_ms, tz)))
     return out
@@ -228,12 +228,12 @@ def _items_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_It
 
 
 def _of_payer(ba_id: int) -> Any:
-    return UsageRecord.allocation_id.in_(select(Allocation.id).where(Allocation.billing_account_id == ba_id))
+    return UsageRecordRow.allocation_id.in_(select(AllocationRow.id).where(AllocationRow.billing_account_id == ba_id))
 
 
 def _in_month(lo: int, hi: int) -> Any:
     """Intervals whose last millisecond (``end_ms - 1``) is in [lo, hi)."""
-    return and_(UsageRecord.end_ms > lo, UsageRecord.end_ms <= hi)
+    return and_(UsageRecordRow.end_ms > lo, UsageRecordRow.end_ms <= hi)
 
 
 def _groups(s: Session, ba_id: int, tz: ZoneInfo) -> list[_Group]:
@@ -245,10 +245,10 @@ def _groups(s: Session, ba_id: int, tz: ZoneInfo) -> list[_Group]:
 def _groups_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_Group]]:
     """:func:`_groups` of many payers at once (the same queries, over all of them), by payer."""
     unbilled = and_(
-        UsageRecord.invoice_id.is_(None),
-        UsageRecord.allocation_id.in_(select(Allocation.id).where(Allocation.billing_account_id.in_(ba_ids))),
+        UsageRecordRow.invoice_id.is_(None),
+        UsageRecordRow.allocation_id.in_(select(AllocationRow.id).where(AllocationRow.billing_account_id.in_(ba_ids))),
     )
-    lo, hi = s.execute(select(func.min(UsageRecord.end_ms), func.max(UsageRecord.end_ms)).where(unbilled)).one()
+    lo, hi = s.execute(select(func.min(UsageRecordRow.end_ms), func.max(UsageRecordRow.end_ms)).where(unbilled)).one()
     if lo is None:
         return {}
     rows = []
@@ -257,20 +257,20 @@ def _groups_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_G
         start, end = period_bounds(month, tz)
         for row in s.execute(
             select(
-                UsageRecord.allocation_id,
-                func.min(UsageRecord.start_ms),
-                func.max(UsageRecord.end_ms),
-                func.sum(UsageRecord.gross_minor),
-                func.sum(UsageRecord.voucher_minor),
-                func.sum(UsageRecord.amount_minor),
-                func.count(UsageRecord.id),
+                UsageRecordRow.allocation_id,
+                func.min(UsageRecordRow.start_ms),
+                func.max(UsageRecordRow.end_ms),
+                func.sum(UsageRecordRow.gross_minor),
+                func.sum(UsageRecordRow.voucher_minor),
+                func.sum(UsageRecordRow.amount_minor),
+                func.count(UsageRecordRow.id),
             )
             .where(unbilled, _in_month(start, end))
-            .group_by(UsageRecord.allocation_id)
+            .group_by(UsageRecordRow.allocation_id)
         ):
             rows.append((month, *row))
         month = _next(month)
-    allocs = {a.id: a for a in s.scalars(select(Allocation).where(Allocation.id.in_({r[1] for r in rows})))}
+    allocs = {a.id: a for a in s.scalars(select(AllocationRow).where(AllocationRow.id.in_({r[1] for r in rows})))}
     out: dict[int, list[_Group]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r[1], r[0])):
         alloc = allocs[r[1]]
@@ -449,8 +449,8 @@ def finalize(p: Platform, billing_account_id: int, period: str) -> InvoiceView |
         for own in sorted({g.own for g in items if isinstance(g, _Group)}):
             lo, hi = period_bounds(own, tz)
             result = s.execute(
-                update(UsageRecord)
-                .where(UsageRecord.invoice_id.is_(None), _of_payer(billing_account_id), _in_month(lo, hi))
+                update(UsageRecordRow)
+                .where(UsageRecordRow.invoice_id.is_(None), _of_payer(billing_account_id), _in_month(lo, hi))
                 .values(invoice_id=inv.id)
                 .execution_options(synchronize_session=False)
             )
@@ -477,7 +477,7 @@ def _attach_charges(s: Session, by_invoice: dict[int, list[_Item]]) -> None:
     ]
     if not moves:
         return
-    table = cast(Table, Charge.__table__)
+    table = cast(Table, ChargeRow.__table__)
     result = s.connection().execute(
         update(table)
         .where(table.c.id == bindparam("c_id"), table.c.invoice_id.is_(None))
@@ -550,8 +550,8 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
             for own in sorted({g.own for g in items if isinstance(g, _Group)}):
                 lo, hi = period_bounds(own, tz)
                 by_month[own].append({"u_ba": ba_id, "u_invoice": inv.id, "u_lo": lo, "u_hi": hi})
-        usage = cast(Table, UsageRecord.__table__)
-        allocs = cast(Table, Allocation.__table__)
+        usage = cast(Table, UsageRecordRow.__table__)
+        allocs = cast(Table, AllocationRow.__table__)
         moved = 0
         for _own, params in sorted(by_month.items()):
             result = s.connection().execute(
@@ -585,15 +585,15 @@ def finalize_due(p: Platform, now_ms: int) -> int:
     tz = _zone(p)
     with p.db.read() as s:
         oldest_open = s.execute(
-            select(Allocation.billing_account_id, func.min(UsageRecord.end_ms))
-            .join(Allocation, Allocation.id == UsageRecord.allocation_id)
-            .where(UsageRecord.invoice_id.is_(None))
-            .group_by(Allocation.billing_account_id)
+            select(AllocationRow.billing_account_id, func.min(UsageRecordRow.end_ms))
+            .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+            .where(UsageRecordRow.invoice_id.is_(None))
+            .group_by(AllocationRow.billing_account_id)
         ).all()
         oldest_charge = s.execute(
-            select(Charge.billing_account_id, func.min(Charge.at_ms))
-            .where(Charge.invoice_id.is_(None))
-            .group_by(Charge.billing_account_id)
+            select(ChargeRow.billing_account_id, func.min(ChargeRow.at_ms))
+            .where(ChargeRow.invoice_id.is_(None))
+            .group_by(ChargeRow.billing_account_id)
         ).all()
     payers = sorted(
         {ba_id for ba_id, first_end in oldest_open if _due(record_period(first_end - 1, first_end, tz), p, tz, now_ms)}
@@ -636,13 +636,13 @@ def admin_finalize(p: Platform, period: str | None) -> int:
         payers = sorted(
             set(
                 s.scalars(
-                    select(Allocation.billing_account_id)
-                    .join(UsageRecord, UsageRecord.allocation_id == Allocation.id)
-                    .where(UsageRecord.invoice_id.is_(None))
+                    select(AllocationRow.billing_account_id)
+                    .join(UsageRecordRow, UsageRecordRow.allocation_id == AllocationRow.id)
+                    .where(UsageRecordRow.invoice_id.is_(None))
                     .distinct()
                 )
             )
-            | set(s.scalars(select(Charge.billing_account_id).where(Charge.invoice_id.is_(None)).distinct()))
+            | set(s.scalars(select(ChargeRow.billing_account_id).where(ChargeRow.invoice_id.is_(None)).distinct()))
         )
     return sum(
         _finalize_many(p, payers[i : i + BATCH_PAYERS], tz, lambda due: due == period)

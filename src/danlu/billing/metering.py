@@ -39,7 +39,7 @@ from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.billing.storage import storage_rate
 from danlu.billing.tariffs import parse_snapshot
 from danlu.core.errors import Conflict
-from danlu.db.models import Account, Allocation, BillingAccount, UsageRecord, VoucherCampaign, VoucherGrant
+from danlu.db.models import Account, AllocationRow, BillingAccount, UsageRecordRow, VoucherCampaign, VoucherGrant
 
 
 @dataclass(frozen=True)
@@ -89,12 +89,12 @@ def usage_memo(parts: list[UsagePart], most: int = 3) -> str:
     return "GPU usage of " + (", ".join(shown) or "no instance") + more
 
 
-def _target(alloc: Allocation, now_ms: int) -> int:
+def _target(alloc: AllocationRow, now_ms: int) -> int:
     end = alloc.ended_at_ms if alloc.ended_at_ms is not None else now_ms
     return max(alloc.billed_until_ms, min(end, now_ms))
 
 
-def allocation_rate(alloc: Allocation, *, discounted: bool = True) -> Rate:
+def allocation_rate(alloc: AllocationRow, *, discounted: bool = True) -> Rate:
     """How ``alloc`` is rated: its plan's price, its GPUs, from its start, the tariff rules in
     force when it started, with its discount. A stored workspace is priced per MiB per month, not per
     unit-hour (``storage.storage_rate``; rated per hour until issue 11's last stop, ~737,000x the price)."""
@@ -111,7 +111,7 @@ def allocation_rate(alloc: Allocation, *, discounted: bool = True) -> Rate:
     )
 
 
-def _charge(alloc: Allocation, until_ms: int, *, discounted: bool = True) -> int:
+def _charge(alloc: AllocationRow, until_ms: int, *, discounted: bool = True) -> int:
     return charge_between(allocation_rate(alloc, discounted=discounted), alloc.billed_until_ms, until_ms)
 
 
@@ -145,7 +145,9 @@ def voucher_slots(vouchers: list[tuple[VoucherGrant, Account, VoucherCampaign]])
     ]
 
 
-def meter_account(session: Session, billing_account_id: int, allocations: list[Allocation], now_ms: int) -> MeterResult:
+def meter_account(
+    session: Session, billing_account_id: int, allocations: list[AllocationRow], now_ms: int
+) -> MeterResult:
     """Bill ``allocations`` (all paid by one billing account, unsettled) up to ``now_ms``; see the
     module docstring. Usage is billed in steps that end at every voucher expiry inside the
     interval, so a voucher pays for the usage before its expiry even when the meter (or a stop)
@@ -178,14 +180,16 @@ def meter_account(session: Session, billing_account_id: int, allocations: list[A
     return MeterResult(charged, False, None, tuple(sorted(capped)))
 
 
-def _meter_once(session: Session, billing_account_id: int, allocations: list[Allocation], now_ms: int) -> MeterResult:
+def _meter_once(
+    session: Session, billing_account_id: int, allocations: list[AllocationRow], now_ms: int
+) -> MeterResult:
     balance = lock_billing_account(session, billing_account_id)
     # Re-read the allocations under the lock: a stop may have billed them since the caller loaded them.
     allocations = list(
         session.scalars(
-            select(Allocation)
-            .where(Allocation.id.in_([a.id for a in allocations]), Allocation.settled.is_(False))
-            .order_by(Allocation.id)
+            select(AllocationRow)
+            .where(AllocationRow.id.in_([a.id for a in allocations]), AllocationRow.settled.is_(False))
+            .order_by(AllocationRow.id)
             .execution_options(populate_existing=True)
         )
     )
@@ -301,7 +305,7 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
     if moves:
         # One executemany for all of the payer's allocations; each row is still guarded by its old
         # mark, and the summed row count (both drivers report it for executemany) must match.
-        table = cast(Table, Allocation.__table__)
+        table = cast(Table, AllocationRow.__table__)
         result = session.connection().execute(
             update(table)
             .where(table.c.id == bindparam("b_id"), table.c.billed_until_ms == bindparam("b_old"))
@@ -316,7 +320,7 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
         if result.rowcount != len(moves):
             raise Conflict("meter_race", "these allocations were metered concurrently; retry the tick")
     if rows:
-        session.execute(insert(UsageRecord), rows)
+        session.execute(insert(UsageRecordRow), rows)
     capped_instances = tuple(sorted({a.instance_id for a in allocations if a.id in capped}))
     for a in allocations:
         session.expire(a)
@@ -325,22 +329,24 @@ def _meter_once(session: Session, billing_account_id: int, allocations: list[All
     return MeterResult(total, exhausted, cutoff, capped_instances)
 
 
-def open_allocations_by_account(session: Session, account_ids: list[int] | None = None) -> dict[int, list[Allocation]]:
-    stmt = select(Allocation).where(Allocation.settled.is_(False)).order_by(Allocation.id)
+def open_allocations_by_account(
+    session: Session, account_ids: list[int] | None = None
+) -> dict[int, list[AllocationRow]]:
+    stmt = select(AllocationRow).where(AllocationRow.settled.is_(False)).order_by(AllocationRow.id)
     if account_ids is not None:
-        stmt = stmt.where(Allocation.billing_account_id.in_(account_ids))
-    out: dict[int, list[Allocation]] = {}
+        stmt = stmt.where(AllocationRow.billing_account_id.in_(account_ids))
+    out: dict[int, list[AllocationRow]] = {}
     for alloc in session.scalars(stmt):
         out.setdefault(alloc.billing_account_id, []).append(alloc)
     return out
 
 
-def unbilled_minor(alloc: Allocation, now_ms: int) -> int:
+def unbilled_minor(alloc: AllocationRow, now_ms: int) -> int:
     """Live cost not yet posted to the ledger (for ``ps``/``show``)."""
     return _charge(alloc, _target(alloc, now_ms))
 
 
-def exhaustion_ms(allocations: list[Allocation], budget_minor: int, now_ms: int) -> int | None:
+def exhaustion_ms(allocations: list[AllocationRow], budget_minor: int, now_ms: int) -> int | None:
     """When the payer's money (vouchers, balance and credit: ``budget_minor``) will run out if
     these allocations keep running, or None if not within a day. The control loop meters that
     payer then, not a tick later; the meter itself finds the exact cut-off."""

@@ -31,7 +31,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor, parse_amount
-from danlu.db.models import Account, Allocation, BillingAccount, Team, User, VoucherCampaign, VoucherGrant
+from danlu.db.models import Account, AllocationRow, BillingAccount, Team, User, VoucherCampaign, VoucherGrant
 
 TRIGGERS = ("signup", "code", "manual")
 ELIGIBILITY = ("all", "new")
@@ -372,10 +372,10 @@ def expire_due(p: Platform, now_ms: int | None = None) -> int:
             lock_billing_account(s, ba_id)
             allocs = list(
                 s.scalars(
-                    select(Allocation).where(
-                        Allocation.billing_account_id == ba_id,
-                        Allocation.settled.is_(False),
-                        Allocation.billed_until_ms < expires,
+                    select(AllocationRow).where(
+                        AllocationRow.billing_account_id == ba_id,
+                        AllocationRow.settled.is_(False),
+                        AllocationRow.billed_until_ms < expires,
                     )
                 )
             )

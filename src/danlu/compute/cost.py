@@ -22,7 +22,7 @@ from danlu.billing.rating import billable_seconds, charge_between, round_half_up
 from danlu.compute.views import get_owned
 from danlu.context import Platform
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, UsageRecord, User
+from danlu.db.models import AllocationRow, UsageRecordRow, User
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def spread(total: int, weights: list[Fraction]) -> list[int]:
     return out
 
 
-def _posted(a: Allocation, gross: int, voucher: int, amount: int) -> list[CostLine]:
+def _posted(a: AllocationRow, gross: int, voucher: int, amount: int) -> list[CostLine]:
     seconds = billable_seconds(a.started_at_ms, a.billed_until_ms)
     parts = segments(allocation_rate(a), 0, seconds) or []
     if len(parts) <= 1:
@@ -114,7 +114,7 @@ def _posted(a: Allocation, gross: int, voucher: int, amount: int) -> list[CostLi
     ]
 
 
-def _live(a: Allocation, now_ms: int) -> CostLine | None:
+def _live(a: AllocationRow, now_ms: int) -> CostLine | None:
     if a.settled:
         return None
     end = max(a.billed_until_ms, min(a.ended_at_ms if a.ended_at_ms is not None else now_ms, now_ms))
@@ -145,18 +145,20 @@ def explain_cost(p: Platform, user: User, instance_id: str) -> CostView:
     now = p.clock.now_ms()
     with p.db.read() as s:
         inst = get_owned(s, user, instance_id, removed_too=True)  # what a removed one cost, too
-        allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id).order_by(Allocation.id)))
+        allocs = list(
+            s.scalars(select(AllocationRow).where(AllocationRow.instance_id == inst.id).order_by(AllocationRow.id))
+        )
         sums = {
             row[0]: (int(row[1]), int(row[2]), int(row[3]))
             for row in s.execute(
                 select(
-                    UsageRecord.allocation_id,
-                    func.coalesce(func.sum(UsageRecord.gross_minor), 0),
-                    func.coalesce(func.sum(UsageRecord.voucher_minor), 0),
-                    func.coalesce(func.sum(UsageRecord.amount_minor), 0),
+                    UsageRecordRow.allocation_id,
+                    func.coalesce(func.sum(UsageRecordRow.gross_minor), 0),
+                    func.coalesce(func.sum(UsageRecordRow.voucher_minor), 0),
+                    func.coalesce(func.sum(UsageRecordRow.amount_minor), 0),
                 )
-                .where(UsageRecord.allocation_id.in_([a.id for a in allocs]))
-                .group_by(UsageRecord.allocation_id)
+                .where(UsageRecordRow.allocation_id.in_([a.id for a in allocs]))
+                .group_by(UsageRecordRow.allocation_id)
             )
         }
         lines: list[CostLine] = []

@@ -47,14 +47,14 @@ from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity, NotFound
 from danlu.core.money import format_minor, parse_amount
 from danlu.db.models import (
-    Allocation,
+    AllocationRow,
     Budget,
-    Charge,
+    ChargeRow,
     Event,
     Gpu,
     Hold,
     HoldQuote,
-    Host,
+    HostRow,
     Instance,
     PlanTerm,
     Price,
@@ -135,12 +135,14 @@ class CancelQuote:
 def _view(s: Session, h: Hold) -> HoldView:
     t = commitments.term(h.term)
     in_use = sorted(
-        s.scalars(select(Allocation.instance_id).where(Allocation.hold_id == h.id, Allocation.ended_at_ms.is_(None)))
+        s.scalars(
+            select(AllocationRow.instance_id).where(AllocationRow.hold_id == h.id, AllocationRow.ended_at_ms.is_(None))
+        )
     )
     refunded = s.execute(
-        select(Charge.amount_minor).where(Charge.hold_id == h.id, Charge.kind == "refund")
+        select(ChargeRow.amount_minor).where(ChargeRow.hold_id == h.id, ChargeRow.kind == "refund")
     ).scalar_one_or_none()
-    host = s.get(Host, h.host_id)
+    host = s.get(HostRow, h.host_id)
     return HoldView(
         id=h.id,
         term=h.term,
@@ -361,7 +363,7 @@ def buy_in(
         floors={cash.id: -credit},
     )
     s.add(
-        Charge(
+        ChargeRow(
             billing_account_id=payer,
             user_id=user.id,
             hold_id=hold_id,
@@ -390,7 +392,9 @@ def _lock_instances_on(s: Session, hold_id: str) -> list[str]:
     ids = sorted(
         set(
             s.scalars(
-                select(Allocation.instance_id).where(Allocation.hold_id == hold_id, Allocation.ended_at_ms.is_(None))
+                select(AllocationRow.instance_id).where(
+                    AllocationRow.hold_id == hold_id, AllocationRow.ended_at_ms.is_(None)
+                )
             )
         )
     )
@@ -413,8 +417,8 @@ def _end(p: Platform, s: Session, h: Hold, at_ms: int, state: HoldState, reason:
     out = _Ended()
     now = p.clock.now_ms()
     for alloc in s.scalars(
-        select(Allocation)
-        .where(Allocation.hold_id == h.id, Allocation.ended_at_ms.is_(None))
+        select(AllocationRow)
+        .where(AllocationRow.hold_id == h.id, AllocationRow.ended_at_ms.is_(None))
         .execution_options(populate_existing=True)
     ).all():
         if alloc.instance_id not in locked:
@@ -544,7 +548,9 @@ def cancel_quote(p: Platform, user: User, hold_id: str) -> CancelQuote:
         consequences = [
             f"{inst} will {then}"
             for inst in s.scalars(
-                select(Allocation.instance_id).where(Allocation.hold_id == h.id, Allocation.ended_at_ms.is_(None))
+                select(AllocationRow.instance_id).where(
+                    AllocationRow.hold_id == h.id, AllocationRow.ended_at_ms.is_(None)
+                )
             )
         ]
         consequences.append(f"the {h.gpu_count} held {h.gpu_model} GPU(s) go back to the pool")
@@ -598,7 +604,7 @@ def cancel(p: Platform, user: User, hold_id: str, quote_id: str) -> HoldView:
         cur = currency(s)
         kept = "fee" if t.kind == "package" else "discount clawed back"
         s.add(
-            Charge(
+            ChargeRow(
                 billing_account_id=h.billing_account_id,
                 user_id=h.user_id,  # the buyer's: a member budget never gains from cancelling another's hold
                 hold_id=h.id,

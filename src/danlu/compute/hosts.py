@@ -14,7 +14,7 @@ from danlu.backend import Limits
 from danlu.compute.sandbox.network import POLICIES
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput, NotFound
-from danlu.db.models import Gpu, Host
+from danlu.db.models import Gpu, HostRow
 
 MIB = 1 << 20
 
@@ -50,7 +50,7 @@ def machine_defaults(n_gpus: int) -> dict[str, int]:
     }
 
 
-def limits_for(host: Host, gpus: int) -> Limits:
+def limits_for(host: HostRow, gpus: int) -> Limits:
     return Limits(
         cpus_milli=host.cpus_per_gpu_milli * gpus,
         memory_bytes=host.mem_per_gpu_mb * MIB * gpus,
@@ -62,7 +62,7 @@ def limits_for(host: Host, gpus: int) -> Limits:
 def configure(
     p: Platform,
     s: Session,
-    host: Host,
+    host: HostRow,
     *,
     cpus_per_gpu_milli: int | None = None,
     mem_per_gpu_mb: int | None = None,
@@ -95,8 +95,8 @@ def configure(
     s.flush()
 
 
-def get_host(s: Session, name: str) -> Host:
-    host = s.scalars(select(Host).where(Host.name == name)).first() if len(name) <= 128 else None
+def get_host(s: Session, name: str) -> HostRow:
+    host = s.scalars(select(HostRow).where(HostRow.name == name)).first() if len(name) <= 128 else None
     if host is None:
         raise NotFound("host_not_found", f"no host named {name!r}; list them with `danlu admin hosts`")
     return host
@@ -107,7 +107,7 @@ def list_hosts(p: Platform) -> list[HostView]:
         counts = dict(
             s.execute(select(Gpu.host_id, func.count()).where(Gpu.present.is_(True)).group_by(Gpu.host_id)).all()
         )
-        hosts = list(s.scalars(select(Host).order_by(Host.id)))
+        hosts = list(s.scalars(select(HostRow).order_by(HostRow.id)))
     sb = p.sandbox
     return [
         HostView(

@@ -45,7 +45,7 @@ from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor
-from danlu.db.models import Allocation, Event, Gpu, Hold, Instance, InstanceEvent, Price, User
+from danlu.db.models import AllocationRow, Event, Gpu, Hold, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_BYTES = 64 << 10  # all arguments together, as for the environment
@@ -122,7 +122,7 @@ def plan_price(session: Session, gpu_model: str, plan: str) -> Price:
     return price
 
 
-def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int, *, hold: Hold | None = None) -> Allocation:
+def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int, *, hold: Hold | None = None) -> AllocationRow:
     """An open allocation for ``inst`` starting now at the current price plan of ``plan``, with the
     payer's discount, flushed so it has an id (GPUs not yet bound). On a ``hold``'s GPUs it is
     plan ``held`` at price 0: the hold was prepaid."""
@@ -131,7 +131,7 @@ def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int, *, hold:
         plan = row.kind
     else:
         row = plan_for_usage(s, inst.gpu_model, plan)
-    alloc = Allocation(
+    alloc = AllocationRow(
         instance_id=inst.id,
         user_id=inst.user_id,
         billing_account_id=inst.billing_account_id,
@@ -166,7 +166,7 @@ def open_allocation(
     plan: str = "on-demand",
     host_id: int | None = None,
     hold: Hold | None = None,
-) -> Allocation:
+) -> AllocationRow:
     """Claim GPUs for ``inst`` at the current price of ``plan``, after checking that what the payer
     can spend (vouchers in scope, balance and credit limit) covers ``min_prepaid_seconds`` of it;
     on ``hold``'s GPUs (or else on an idle hold of the payer's for the model, if any) at no cost."""
@@ -235,7 +235,7 @@ def _check_hard_caps(session: Session, inst: Instance, now_ms: int, needed: int)
             )
 
 
-def _open_on_hold(session: Session, inst: Instance, hold: Hold, now_ms: int) -> Allocation:
+def _open_on_hold(session: Session, inst: Instance, hold: Hold, now_ms: int) -> AllocationRow:
     """Run ``inst`` on idle GPUs its payer's ``hold`` keeps: nothing more to pay (the hold was
     prepaid). The buyer's own held GPUs already count against their quotas; anyone else's use of
     a team's hold counts against theirs."""
@@ -247,7 +247,7 @@ def _open_on_hold(session: Session, inst: Instance, hold: Hold, now_ms: int) -> 
     return alloc
 
 
-def _bind(session: Session, inst: Instance, alloc: Allocation, host_id: int, gpus: list[Gpu]) -> None:
+def _bind(session: Session, inst: Instance, alloc: AllocationRow, host_id: int, gpus: list[Gpu]) -> None:
     alloc.host_id = host_id
     alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
     inst.host_id = host_id
@@ -303,7 +303,7 @@ def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
             if inst.status == Status.PENDING:
                 transition(s, inst, Status.FAILED, f"could not start: {error}", now, "launch", billing_end_ms=0)
             return
-        alloc = s.get(Allocation, inst.current_allocation_id) if inst.current_allocation_id is not None else None
+        alloc = s.get(AllocationRow, inst.current_allocation_id) if inst.current_allocation_id is not None else None
         # Waits for a suspension being committed (it sweeps only running instances, not this one).
         suspended = s.execute(
             select(User.suspended_reason).where(User.id == inst.user_id).with_for_update()
@@ -344,7 +344,7 @@ def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
     size = workspace_bytes(inst.workspace)
     if storage.mib(size) == 0:
         return  # nothing stored
-    alloc = Allocation(
+    alloc = AllocationRow(
         instance_id=inst.id,
         user_id=inst.user_id,
         billing_account_id=inst.billing_account_id,
@@ -376,7 +376,7 @@ def end_storage(session: Session, inst: Instance, end_ms: int) -> None:
     if inst.storage_allocation_id is None:
         return
     lock_billing_account(session, inst.billing_account_id)
-    alloc = session.get(Allocation, inst.storage_allocation_id, populate_existing=True)
+    alloc = session.get(AllocationRow, inst.storage_allocation_id, populate_existing=True)
     inst.storage_allocation_id = None
     if alloc is None:
         return
@@ -393,7 +393,7 @@ def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bo
         return
     # Same lock order as the meter: the payer's account first, then (re-read under it) the allocation.
     lock_billing_account(session, inst.billing_account_id)
-    alloc = session.get(Allocation, inst.current_allocation_id, populate_existing=True)
+    alloc = session.get(AllocationRow, inst.current_allocation_id, populate_existing=True)
     assert alloc is not None
     if alloc.ended_at_ms is None:
         alloc.ended_at_ms = max(alloc.billed_until_ms, end_ms)
@@ -570,7 +570,7 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     old_id = inst.current_allocation_id
     transition(s, inst, Status.STOPPING, reason, now, "preempt")
     inst.stop_cause, inst.stop_reason = StopCause.PREEMPTED, reason
-    old = s.get(Allocation, old_id) if old_id is not None else None
+    old = s.get(AllocationRow, old_id) if old_id is not None else None
     notice = _new_allocation(s, inst, "interruptible", now)
     _move_gpus(s, inst, old, notice)
     inst.kill_after_ms = deadline_ms
@@ -581,7 +581,7 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     return inst.run_handle
 
 
-def _move_gpus(s: Session, inst: Instance, old: Allocation | None, new: Allocation) -> None:
+def _move_gpus(s: Session, inst: Instance, old: AllocationRow | None, new: AllocationRow) -> None:
     """The GPUs of ``old`` now belong to ``new`` (the same process goes on, billed otherwise)."""
     new.host_id, new.gpu_indices = inst.host_id, old.gpu_indices if old else ""
     if old is not None:
@@ -598,7 +598,7 @@ def continue_on_demand(s: Session, inst: Instance, at_ms: int, reason: str) -> N
     """The hold ``inst`` runs on ended at ``at_ms``: the same process goes on, on the same GPUs,
     billed at the on-demand price from exactly ``at_ms`` (the meter stops it if the money runs out)."""
     old_id = inst.current_allocation_id
-    old = s.get(Allocation, old_id, populate_existing=True) if old_id is not None else None
+    old = s.get(AllocationRow, old_id, populate_existing=True) if old_id is not None else None
     if old is not None:
         lock_billing_account(s, inst.billing_account_id)
         if old.ended_at_ms is None:

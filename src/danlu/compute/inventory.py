@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from danlu.context import Platform
-from danlu.db.models import Allocation, Gpu, Host
+from danlu.db.models import AllocationRow, Gpu, HostRow
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,9 @@ class GpuInfo:
 def list_gpus(p: Platform) -> list[GpuInfo]:
     with p.db.read() as s:
         rows = s.execute(
-            select(Gpu, Host.name, Allocation.instance_id)
-            .join(Host, Host.id == Gpu.host_id)
-            .outerjoin(Allocation, Allocation.id == Gpu.allocation_id)
+            select(Gpu, HostRow.name, AllocationRow.instance_id)
+            .join(HostRow, HostRow.id == Gpu.host_id)
+            .outerjoin(AllocationRow, AllocationRow.id == Gpu.allocation_id)
             .order_by(Gpu.host_id, Gpu.idx)
         ).all()
         return [

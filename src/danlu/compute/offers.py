@@ -20,7 +20,7 @@ from danlu.compute.views import ReadCache
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
 from danlu.core.money import parse_amount
-from danlu.db.models import Gpu, Host, Price
+from danlu.db.models import Gpu, HostRow, Price
 
 
 @dataclass
@@ -151,7 +151,9 @@ def _read_offers(p: Platform) -> tuple[str, tuple[Offer, ...]]:
         }
         hosts = {
             h.id: h
-            for h in conn.execute(select(Host.id, Host.cpus_per_gpu_milli, Host.mem_per_gpu_mb, Host.disk_per_gpu_mb))
+            for h in conn.execute(
+                select(HostRow.id, HostRow.cpus_per_gpu_milli, HostRow.mem_per_gpu_mb, HostRow.disk_per_gpu_mb)
+            )
         }
         now = p.clock.now_ms()
         window_now = tariffs.price_now(tariffs.current_tariffs(s, now), Plan.ON_DEMAND, now)

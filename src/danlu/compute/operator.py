@@ -14,7 +14,7 @@ from danlu.compute.lifecycle import HAS_PROCESS, Status, StopCause
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
-from danlu.db.models import Host, Instance, User
+from danlu.db.models import HostRow, Instance, User
 
 MAX_REASON = 500
 
@@ -104,9 +104,9 @@ def list_sandboxes(p: Platform) -> list[SandboxView]:
     """Every run that has (or is getting) a process, with what its sandbox was given."""
     with p.db.read() as s:
         rows = s.execute(
-            select(Instance, User.name, Host.name)
+            select(Instance, User.name, HostRow.name)
             .join(User, User.id == Instance.user_id)
-            .outerjoin(Host, Host.id == Instance.host_id)
+            .outerjoin(HostRow, HostRow.id == Instance.host_id)
             .where(Instance.status.in_([st.value for st in HAS_PROCESS]))
             .order_by(Instance.created_at_ms)
         ).all()

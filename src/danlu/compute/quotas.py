@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from danlu.compute.lifecycle import HoldState
 from danlu.core.errors import QuotaExceeded
-from danlu.db.models import Allocation, Gpu, Hold, Instance, Team, TeamMember, User
+from danlu.db.models import AllocationRow, Gpu, Hold, Instance, Team, TeamMember, User
 
 
 def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, interruptible: bool | None = None) -> int:
@@ -20,9 +20,9 @@ def gpus_held(session: Session, user_id: int, *, jobs: bool | None = None, inter
     runs on counts once, through its allocation)."""
     stmt = (
         select(func.count(Gpu.id))
-        .join(Allocation, Allocation.id == Gpu.allocation_id)
-        .join(Instance, Instance.id == Allocation.instance_id)
-        .where(Allocation.user_id == user_id)
+        .join(AllocationRow, AllocationRow.id == Gpu.allocation_id)
+        .join(Instance, Instance.id == AllocationRow.instance_id)
+        .where(AllocationRow.user_id == user_id)
     )
     if jobs is True:
         stmt = stmt.where(Instance.job_id.is_not(None))
@@ -77,8 +77,8 @@ def check_member_quota(session: Session, billing_account_id: int, user_id: int, 
     held = int(
         session.execute(
             select(func.count(Gpu.id))
-            .join(Allocation, Allocation.id == Gpu.allocation_id)
-            .where(Allocation.user_id == user_id, Allocation.billing_account_id == billing_account_id)
+            .join(AllocationRow, AllocationRow.id == Gpu.allocation_id)
+            .where(AllocationRow.user_id == user_id, AllocationRow.billing_account_id == billing_account_id)
         ).scalar_one()
     ) + _idle_held(session, user_id, billing_account_id)
     if held + more_gpus > quota:

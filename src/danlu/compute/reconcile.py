@@ -40,7 +40,7 @@ from danlu.compute.runs import write_preempt_deadline
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict
-from danlu.db.models import Allocation, Event, Gpu, Host, Instance
+from danlu.db.models import AllocationRow, Event, Gpu, HostRow, Instance
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,8 @@ def sync_held_elsewhere(p: Platform, held: dict[tuple[str, str], int]) -> int:
     jobs). Guarded UPDATEs: a GPU a rental claimed meanwhile is left alone. Returns GPUs changed."""
     with p.db.read() as s:
         rows = s.execute(
-            select(Gpu.id, Host.name, Gpu.model, Gpu.held_by_cluster, Gpu.allocation_id, Gpu.hold_id, Gpu.idx)
-            .join(Host, Host.id == Gpu.host_id)
+            select(Gpu.id, HostRow.name, Gpu.model, Gpu.held_by_cluster, Gpu.allocation_id, Gpu.hold_id, Gpu.idx)
+            .join(HostRow, HostRow.id == Gpu.host_id)
             .where(Gpu.present.is_(True))
         ).all()
     groups: dict[tuple[str, str], list[Any]] = {}
@@ -368,7 +368,7 @@ def stop_all_for_exhausted(p: Platform, billing_account_id: int) -> None:
     handles: list[str | None] = []
     with p.db.write() as s:
         # Instances on a prepaid package or reservation go on: their GPU time was paid for.
-        on_hold = select(Allocation.id).where(Allocation.hold_id.is_not(None))
+        on_hold = select(AllocationRow.id).where(AllocationRow.hold_id.is_not(None))
         insts = s.scalars(
             select(Instance)
             .where(

@@ -28,7 +28,7 @@ from danlu.compute.devices import devices_for
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError, Forbidden
-from danlu.db.models import Allocation, Gpu, Host, Instance, User
+from danlu.db.models import AllocationRow, Gpu, HostRow, Instance, User
 
 
 class SandboxUnavailable(DanluError):
@@ -102,7 +102,7 @@ def build_spec(
     p: Platform,
     s: Session,
     inst: Instance,
-    alloc: Allocation,
+    alloc: AllocationRow,
     *,
     log_key: str,
     checkpoints: Path | None = None,
@@ -111,7 +111,7 @@ def build_spec(
     """Everything the backend needs for this run, read inside the caller's transaction. Records on
     the instance what its sandbox is given (``sandbox_json``), for ``show`` and the operator."""
     gpus = list(s.scalars(select(Gpu).where(Gpu.allocation_id == alloc.id).order_by(Gpu.idx)))
-    host = s.get(Host, alloc.host_id)
+    host = s.get(HostRow, alloc.host_id)
     assert host is not None
     env = {**json.loads(inst.env_json or "{}"), **platform_env(gpus, inst), **(extra_env or {})}
     uid = None

@@ -31,7 +31,7 @@ from danlu.compute import fstree
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.core.errors import Forbidden, NotFound
-from danlu.db.models import Allocation, Gpu, Instance, InstanceEvent, Price, User
+from danlu.db.models import AllocationRow, Gpu, Instance, InstanceEvent, Price, User
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ def workspace_bytes(path: str) -> int:
 def show(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.read() as s:
         inst = get_owned(s, user, instance_id, removed_too=True)  # `danlu show` after `rm`: its record
-        allocs = list(s.scalars(select(Allocation).where(Allocation.instance_id == inst.id)))
+        allocs = list(s.scalars(select(AllocationRow).where(AllocationRow.instance_id == inst.id)))
         view = _view(_Listed.of(inst, allocs), _Context.read(p, p.clock.now_ms()))
         view.backend_ref = p.backend.ref(inst.run_handle) if inst.run_handle else None
         if (seen := p.activity.last(inst.id)) is not None:
@@ -415,20 +415,20 @@ _INSTANCE_COLUMNS = (
     Instance.stop_cause,
 )
 _ALLOCATION_COLUMNS = (
-    Allocation.id,
-    Allocation.instance_id,
-    Allocation.gpu_count,
-    Allocation.gpu_indices,
-    Allocation.price_per_hour_minor,
-    Allocation.plan,
-    Allocation.discount_bp,
-    Allocation.tariffs_json,
-    Allocation.started_at_ms,
-    Allocation.ended_at_ms,
-    Allocation.billed_until_ms,
-    Allocation.billed_minor,
-    Allocation.settled,
-    Allocation.hold_id,
+    AllocationRow.id,
+    AllocationRow.instance_id,
+    AllocationRow.gpu_count,
+    AllocationRow.gpu_indices,
+    AllocationRow.price_per_hour_minor,
+    AllocationRow.plan,
+    AllocationRow.discount_bp,
+    AllocationRow.tariffs_json,
+    AllocationRow.started_at_ms,
+    AllocationRow.ended_at_ms,
+    AllocationRow.billed_until_ms,
+    AllocationRow.billed_minor,
+    AllocationRow.settled,
+    AllocationRow.hold_id,
 )
 
 
@@ -441,9 +441,9 @@ def _listing_statements(include_destroyed: bool) -> tuple[Select[*tuple[Any, ...
     insts = select(*_INSTANCE_COLUMNS).where(*listed).order_by(Instance.created_at_ms)
     allocs = (
         select(*_ALLOCATION_COLUMNS)
-        .join(Instance, Instance.id == Allocation.instance_id)
+        .join(Instance, Instance.id == AllocationRow.instance_id)
         .where(*listed)
-        .order_by(Allocation.id)
+        .order_by(AllocationRow.id)
     )
     return insts, allocs
 
@@ -495,9 +495,11 @@ def list_team_instances(p: Platform, user: User, team: str, include_destroyed: b
         if not include_destroyed:
             where.append(Instance.status != Status.DESTROYED.value)
         insts = list(s.scalars(select(Instance).where(*where).order_by(Instance.created_at_ms)))
-        allocs: dict[str, list[Allocation]] = {i.id: [] for i in insts}
+        allocs: dict[str, list[AllocationRow]] = {i.id: [] for i in insts}
         if insts:
-            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(allocs)).order_by(Allocation.id)):
+            for a in s.scalars(
+                select(AllocationRow).where(AllocationRow.instance_id.in_(allocs)).order_by(AllocationRow.id)
+            ):
                 allocs[a.instance_id].append(a)
         ctx = _Context.read(p, p.clock.now_ms())
         return [_view(_Listed.of(i, allocs[i.id]), ctx) for i in insts]

@@ -39,7 +39,7 @@ class Setting(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
-class Lease(Base):
+class LeaseRow(Base):
     """Background work held by one server at a time (danlu.server.lease)."""
 
     __tablename__ = "leases"
@@ -195,7 +195,7 @@ class LedgerEntry(Base):
     amount_minor: Mapped[int] = mapped_column(BigInteger)
 
 
-class Host(Base):
+class HostRow(Base):
     __tablename__ = "hosts"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
@@ -314,7 +314,7 @@ class InstanceEvent(Base):
     at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
-class Allocation(Base):
+class AllocationRow(Base):
     """GPUs bound to an instance for one interval; the unit the meter reads. The price is
     locked when the allocation starts, so a price change never re-rates running work."""
 
@@ -347,7 +347,7 @@ class Allocation(Base):
     settled: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
 
 
-class UsageRecord(Base):
+class UsageRecordRow(Base):
     """One metered interval of one allocation. (allocation_id, start_ms) is its identity: a
     retried or replayed meter tick collides here instead of charging twice."""
 
@@ -641,7 +641,7 @@ class Hold(Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
-class Charge(Base):
+class ChargeRow(Base):
     """A one-off amount on an account's invoice beside metered usage: a hold's purchase, or the
     refund of an early cancellation (negative). (hold, kind) is unique: a hold is paid for once
     and refunded at most once, however many requests race."""

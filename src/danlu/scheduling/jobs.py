@@ -36,7 +36,7 @@ from danlu.compute.runs import check_may_run
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
-from danlu.db.models import Allocation, Instance, Job, JobEvent, Price, User
+from danlu.db.models import AllocationRow, Instance, Job, JobEvent, Price, User
 
 # the states and the rule for a run's end are the simulator's engine's too (lifecycle.py); re-exported
 from danlu.scheduling.lifecycle import CANCELLED as CANCELLED
@@ -182,7 +182,7 @@ def _owned(s: Session, user: User, job_id: str, *, for_update: bool = False) -> 
     return job
 
 
-def _view(job: Job, allocs: list[Allocation], runs: list[Instance], cur: str, now_ms: int) -> JobView:
+def _view(job: Job, allocs: list[AllocationRow], runs: list[Instance], cur: str, now_ms: int) -> JobView:
     names = {v: k for k, v in PRIORITIES.items()}
     return JobView(
         id=job.id,
@@ -209,14 +209,14 @@ def _view(job: Job, allocs: list[Allocation], runs: list[Instance], cur: str, no
 def _views(p: Platform, s: Session, jobs: list[Job]) -> list[JobView]:
     ids = [j.id for j in jobs]
     runs: dict[str, list[Instance]] = {}
-    allocs: dict[str, list[Allocation]] = {}
+    allocs: dict[str, list[AllocationRow]] = {}
     if ids:
         by_start = select(Instance).where(Instance.job_id.in_(ids)).order_by(Instance.created_at_ms, Instance.id)
         for inst in s.scalars(by_start):
             runs.setdefault(inst.job_id or "", []).append(inst)
         owner = {i.id: i.job_id or "" for rs in runs.values() for i in rs}
         if owner:
-            for a in s.scalars(select(Allocation).where(Allocation.instance_id.in_(list(owner)))):
+            for a in s.scalars(select(AllocationRow).where(AllocationRow.instance_id.in_(list(owner)))):
                 allocs.setdefault(owner[a.instance_id], []).append(a)
     cur, now = currency(s), p.clock.now_ms()
     return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now) for j in jobs]

@@ -36,8 +36,7 @@ from danlu.compute.runs import build_spec, ensure_sandbox_uid
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import DanluError
-from danlu.db.models import Allocation as AllocationRow
-from danlu.db.models import Gpu, Instance, InstanceEvent, Job, Price, User
+from danlu.db.models import AllocationRow, Gpu, Instance, InstanceEvent, Job, Price, User
 from danlu.scheduling import jobs as jobsvc
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
 from danlu.scheduling.lifecycle import notice_deadline

@@ -27,7 +27,7 @@ from danlu.compute.images import ensure_host_image
 from danlu.core.errors import InvalidInput
 from danlu.core.money import exponent
 from danlu.db.engine import Database, migrate
-from danlu.db.models import Gpu, Host, Setting, User
+from danlu.db.models import Gpu, HostRow, Setting, User
 
 ADMIN_NAME = "admin"
 
@@ -182,10 +182,10 @@ def _register_host(
 ) -> None:
     """This machine's GPUs (``node`` None), or one Slurm node's (its name)."""
     name = node or socket.gethostname() or "local"
-    host = s.scalars(select(Host).where(Host.name == name)).first()
+    host = s.scalars(select(HostRow).where(HostRow.name == name)).first()
     if host is None:
         network = sandbox.network if sandbox is not None and sandbox.sandboxed else "none"
-        host = Host(
+        host = HostRow(
             name=name,
             is_local=node is None,
             created_at_ms=now_ms,

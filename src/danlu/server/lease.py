@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from danlu.core.clock import Clock
 from danlu.core.errors import Conflict
 from danlu.db.engine import Database
-from danlu.db.models import Lease as LeaseRow
+from danlu.db.models import LeaseRow
 
 log = logging.getLogger(__name__)
 

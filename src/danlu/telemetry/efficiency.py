@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from danlu.catalog.gpu_models import gpu_models
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.db.models import Allocation, Event, Instance, MetricSample, Price
+from danlu.db.models import AllocationRow, Event, Instance, MetricSample, Price
 from danlu.telemetry.hints import WINDOW_S, Measured, advise
 from danlu.telemetry.sampler import RUN, allotted_cores
 
@@ -69,9 +69,9 @@ def emit(p: Platform) -> int:
     added = 0
     with p.db.read() as s:
         running = s.execute(
-            select(Instance.id, Allocation.started_at_ms)
-            .join(Allocation, Allocation.id == Instance.current_allocation_id)
-            .where(Instance.status == Status.RUNNING.value, Allocation.started_at_ms <= now - WINDOW_S * 1000)
+            select(Instance.id, AllocationRow.started_at_ms)
+            .join(AllocationRow, AllocationRow.id == Instance.current_allocation_id)
+            .where(Instance.status == Status.RUNNING.value, AllocationRow.started_at_ms <= now - WINDOW_S * 1000)
         ).all()
         prices = _prices(s) if running else {}
         hinted = [(i, start, h) for i, start in running if (h := _hints(s, i, now, prices))]

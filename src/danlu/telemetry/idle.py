@@ -22,7 +22,7 @@ from danlu.compute.instances import policy_stop, terminate_runs
 from danlu.compute.lifecycle import Status, StopCause
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.db.models import Allocation, Event, Instance, MetricSample
+from danlu.db.models import AllocationRow, Event, Instance, MetricSample
 
 IDLE = "idle:"
 OVERTIME = "maximum duration:"
@@ -97,9 +97,9 @@ def verdicts(p: Platform, period_ms: int) -> list[Verdict]:
                 Instance.idle_stop_s,
                 Instance.idle_threshold_pm,
                 Instance.max_duration_s,
-                Allocation.started_at_ms,
+                AllocationRow.started_at_ms,
             )
-            .join(Allocation, Allocation.id == Instance.current_allocation_id)
+            .join(AllocationRow, AllocationRow.id == Instance.current_allocation_id)
             .where(
                 Instance.status == Status.RUNNING.value,
                 or_(Instance.idle_stop_s.is_not(None), Instance.max_duration_s.is_not(None)),

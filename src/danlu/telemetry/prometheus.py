@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.db.models import Account, Allocation, Gpu, Instance, Job, MetricSample, UsageRecord
+from danlu.db.models import Account, AllocationRow, Gpu, Instance, Job, MetricSample, UsageRecordRow
 from danlu.scheduling.jobs import QUEUED
 from danlu.telemetry.sampler import RUN
 
@@ -88,9 +88,9 @@ class PlatformCollector(Collector):
                 gpus_total.add_metric([model, str(simulated).lower()], n)
             busy = GaugeMetricFamily("danlu_gpus_allocated", "GPUs in open allocations", labels=["model"])
             for model, n in s.execute(
-                select(Instance.gpu_model, func.sum(Allocation.gpu_count))
-                .join(Instance, Instance.id == Allocation.instance_id)
-                .where(Allocation.ended_at_ms.is_(None))
+                select(Instance.gpu_model, func.sum(AllocationRow.gpu_count))
+                .join(Instance, Instance.id == AllocationRow.instance_id)
+                .where(AllocationRow.ended_at_ms.is_(None))
                 .group_by(Instance.gpu_model)
             ):
                 busy.add_metric([model], int(n or 0))
@@ -113,7 +113,7 @@ class PlatformCollector(Collector):
                 .group_by(Account.currency)
             ):
                 revenue.add_metric([cur], int(bal or 0))
-            billed = s.execute(select(func.coalesce(func.sum(UsageRecord.amount_minor), 0))).scalar_one()
+            billed = s.execute(select(func.coalesce(func.sum(UsageRecordRow.amount_minor), 0))).scalar_one()
         yield util
         yield mem
         yield power

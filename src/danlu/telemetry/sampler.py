@@ -15,7 +15,7 @@ from sqlalchemy import insert, select
 
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
-from danlu.db.models import Allocation, Gpu, Instance, MetricSample
+from danlu.db.models import AllocationRow, Gpu, Instance, MetricSample
 from danlu.telemetry.nvml import Nvml
 
 RUN = -1  # the gpu_index of a run's own row (CPU and memory)
@@ -74,10 +74,10 @@ class Sampler:
                     Instance.run_handle,
                     Instance.gpu_count,
                     Instance.sandbox_json,
-                    Allocation.host_id,
-                    Allocation.gpu_indices,
+                    AllocationRow.host_id,
+                    AllocationRow.gpu_indices,
                 )
-                .join(Allocation, Allocation.id == Instance.current_allocation_id)
+                .join(AllocationRow, AllocationRow.id == Instance.current_allocation_id)
                 .where(Instance.status == Status.RUNNING.value, Instance.run_handle.is_not(None))
             ).all()
             hosts = {r.host_id for r in runs}
