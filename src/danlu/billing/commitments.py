@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from danlu.billing.rating import BASIS_POINTS, Rate, cumulative_cost
 from danlu.core.errors import InvalidInput
+from danlu.core.parse import bp_text, percent_bp
 
 DAY_S = 86_400
 ON_EXPIRY = ("stop", "on-demand")
@@ -125,17 +126,10 @@ def rule_text(t: Term, cancel_fee_bp: int) -> str:
 
 
 def format_bp(bp: int) -> str:
-    whole, frac = divmod(bp, 100)
-    return f"{whole}%" if frac == 0 else f"{whole}.{frac:02d}".rstrip("0") + "%"
+    return bp_text(bp) + "%"
 
 
 def parse_percent(text: str, what: str) -> int:
     """'20', '20%', '12.5' → basis points (0 to 100 % exclusive of 100 for a discount is the caller's rule)."""
-    raw = text.strip().removesuffix("%").strip()
-    whole, _, frac = raw.partition(".")
-    if not whole.isdigit() or (frac and (not frac.isdigit() or len(frac) > 2)):
-        raise InvalidInput("invalid_percent", f"{what} is a percentage with at most 2 decimals, e.g. 20 or 12.5")
-    bp = int(whole) * 100 + int((frac + "00")[:2] or 0)
-    if bp > BASIS_POINTS:
-        raise InvalidInput("invalid_percent", f"{what} is at most 100%")
-    return bp
+    message = f"{what} is a percentage from 0 to 100 with at most 2 decimals, e.g. 20 or 12.5"
+    return percent_bp(text, code="invalid_percent", message=message, allow_zero=True)

@@ -8,7 +8,6 @@ of the discount or the status never re-rates past work). It applies before vouch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from enum import StrEnum
 
 from sqlalchemy import select
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 from danlu.accounts.service import get_user_by_name
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
+from danlu.core.parse import percent_bp
 from danlu.core.states import Machine
 from danlu.db.models import BillingAccount, Setting, User, Verification
 
@@ -148,11 +148,8 @@ def decide(p: Platform, name: str, approve: bool, reason: str) -> VerificationVi
 
 def set_discount(p: Platform, percent: str) -> int:
     """The student discount in percent (e.g. "20" or "12.5"), stored in basis points."""
-    plain = len(percent) <= 8 and percent.isascii() and percent.replace(".", "", 1).isdigit()  # not "²", "1e2"
-    exact = Decimal(percent) * 100 if plain else Decimal(-1)
-    if not 0 <= exact <= 10_000 or exact != exact.to_integral_value():
-        raise InvalidInput("invalid_discount", "the student discount is a percentage from 0 to 100, at most 2 decimals")
-    bp = int(exact)
+    message = "the student discount is a percentage from 0 to 100, at most 2 decimals"
+    bp = percent_bp(percent, code="invalid_discount", message=message, allow_zero=True)
     with p.db.write() as s:
         row = s.get(Setting, SETTING)
         if row is None:

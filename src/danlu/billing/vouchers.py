@@ -31,6 +31,7 @@ from danlu.catalog.gpu_models import resolve_model
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.core.money import format_minor, parse_amount
+from danlu.core.parse import duration_s, duration_text, percent_bp
 from danlu.db.models import Account, AllocationRow, BillingAccount, Team, User, VoucherCampaign, VoucherGrant
 
 TRIGGERS = ("signup", "code", "manual")
@@ -404,7 +405,6 @@ def expire_due(p: Platform, now_ms: int | None = None) -> int:
 
 # --- the API's and CLI's entry points ----------------------------------------------------------
 
-DURATION_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 MAX_VALIDITY_MS = 3650 * 86_400_000
@@ -412,33 +412,25 @@ MAX_VALIDITY_MS = 3650 * 86_400_000
 
 def parse_duration(text: str) -> int:
     """``30m``, ``72h``, ``7d`` (or ``90s``) → milliseconds."""
-    unit = text[-1:] if text else ""
-    if unit not in DURATION_UNITS_MS or not text[:-1].isdigit() or int(text[:-1]) <= 0 or len(text) > 8:
-        raise InvalidInput("invalid_voucher_validity", "--valid-for is a duration such as 30m, 72h or 7d")
-    ms = int(text[:-1]) * DURATION_UNITS_MS[unit]
-    if ms > MAX_VALIDITY_MS:  # an expiry past year 9999 cannot even be shown
-        raise InvalidInput("invalid_voucher_validity", "--valid-for is at most 3650d (ten years)")
-    return ms
+    seconds = duration_s(
+        text,
+        code="invalid_voucher_validity",
+        message="--valid-for is a duration such as 30m, 72h or 7d",
+        max_s=MAX_VALIDITY_MS // 1000,  # an expiry past year 9999 cannot even be shown
+        too_long="--valid-for is at most 3650d (ten years)",
+    )
+    return seconds * 1000
 
 
 def format_duration(ms: int | None) -> str | None:
     if ms is None:
         return None
-    for unit in ("d", "h", "m", "s"):
-        if ms % DURATION_UNITS_MS[unit] == 0:
-            return f"{ms // DURATION_UNITS_MS[unit]}{unit}"
-    return f"{ms}ms"
+    return duration_text(ms // 1000) if ms % 1000 == 0 else f"{ms}ms"
 
 
 def parse_percent(text: str) -> int:
     """``50`` or ``12.5`` (percent, at most 2 decimals) → basis points, exactly."""
-    whole, _, frac = text.partition(".")
-    if not whole.isdigit() or (frac and (not frac.isdigit() or len(frac) > 2)):
-        raise InvalidInput("invalid_voucher_percent", "a percentage is 0.01 to 100, e.g. 50 or 12.5")
-    bp = int(whole) * 100 + int((frac or "0").ljust(2, "0"))
-    if not 0 < bp <= 10_000:
-        raise InvalidInput("invalid_voucher_percent", "a percentage is 0.01 to 100, e.g. 50 or 12.5")
-    return bp
+    return percent_bp(text, code="invalid_voucher_percent", message="a percentage is 0.01 to 100, e.g. 50 or 12.5")
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from danlu.context import Settings
 from danlu.core.errors import InvalidInput
+from danlu.core.parse import duration_s, duration_text
 
-UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_S = 9999 * 86400  # what the API's pattern admits (d: 4 digits); the operator's maximum bounds it further
 OFF = ("off", "0")
 
@@ -22,10 +22,9 @@ class RunLimits:
 
 def parse_seconds(text: str, code: str, what: str) -> int:
     """``90s``, ``30m``, ``6h``, ``2d`` → seconds (1 s to 9,999 days)."""
-    unit, digits = text[-1:], text[:-1]
-    if unit not in UNITS_S or not digits.isdigit() or len(text) > 9 or not 0 < int(digits) * UNITS_S[unit] <= MAX_S:
-        raise InvalidInput(code, f"{what} is a duration such as 90s, 30m, 6h or 2d, not {text!r}")
-    return int(digits) * UNITS_S[unit]
+    return duration_s(
+        text, code=code, message=f"{what} is a duration such as 90s, 30m, 6h or 2d, not {text!r}", max_s=MAX_S
+    )
 
 
 def parse_threshold(text: str) -> int:
@@ -37,13 +36,6 @@ def parse_threshold(text: str) -> int:
     if not 0 < threshold <= 1000:
         raise InvalidInput("invalid_idle_threshold", "--idle-threshold is above 0 and at most 100 (percent)")
     return threshold
-
-
-def fmt_seconds(seconds: int) -> str:
-    for unit in ("d", "h", "m"):
-        if seconds % UNITS_S[unit] == 0:
-            return f"{seconds // UNITS_S[unit]}{unit}"
-    return f"{seconds}s"
 
 
 def resolve(
@@ -65,14 +57,14 @@ def resolve(
         if limit is not None:
             raise InvalidInput(
                 "invalid_idle_stop",
-                f"this platform stops idle runs after at most {fmt_seconds(limit)}; ask for that or less",
+                f"this platform stops idle runs after at most {duration_text(limit)}; ask for that or less",
             )
         idle_s = None
     else:
         idle_s = parse_seconds(idle_stop.strip(), "invalid_idle_stop", "--idle-stop")
     if idle_s is not None and limit is not None and idle_s > limit:
         raise InvalidInput(
-            "invalid_idle_stop", f"--idle-stop is at most {fmt_seconds(limit)} here (the operator's maximum)"
+            "invalid_idle_stop", f"--idle-stop is at most {duration_text(limit)} here (the operator's maximum)"
         )
     threshold = settings.idle_threshold_default_pm if idle_threshold is None else parse_threshold(idle_threshold)
     max_s = (

@@ -18,14 +18,10 @@ from danlu.api.schemas.money_controls import (
 )
 from danlu.billing import student as svc
 from danlu.core.clock import iso
+from danlu.core.parse import bp_text
 
 router = APIRouter(route_class=ListRoute, prefix="/student", tags=["student"], responses=errors(401))
 admin_router = APIRouter(route_class=ListRoute, prefix="/admin/student", tags=["admin"], responses=errors(401, 403))
-
-
-def percent(bp: int) -> str:
-    """Basis points as a percentage: 2000 → ``20``, 1250 → ``12.5``."""
-    return f"{bp // 100}" + (f".{bp % 100:02d}".rstrip("0") if bp % 100 else "")
 
 
 def _out(v: svc.VerificationView) -> VerificationOut:
@@ -36,7 +32,7 @@ def _out(v: svc.VerificationView) -> VerificationOut:
         reason=v.reason,
         requested_at=iso(v.requested_at_ms),
         decided_at=iso(v.decided_at_ms),
-        discount=percent(v.discount_bp),
+        discount=bp_text(v.discount_bp),
     )
 
 
@@ -72,4 +68,4 @@ def refuse(name: UserNamePath, body: ReasonIn, p: PlatformDep, _admin: AdminUser
 @admin_router.put("/discount", response_model=DiscountOut, responses=errors(400))
 def set_discount(body: DiscountIn, p: PlatformDep, _admin: AdminUser) -> DiscountOut:
     """The discount approved students get on GPU time, fixed on each allocation when it starts."""
-    return DiscountOut(percent=percent(svc.set_discount(p, body.percent)))
+    return DiscountOut(percent=bp_text(svc.set_discount(p, body.percent)))

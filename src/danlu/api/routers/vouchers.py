@@ -20,6 +20,7 @@ from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import InvalidInput
 from danlu.core.money import format_minor
+from danlu.core.parse import bp_text
 
 router = APIRouter(route_class=ListRoute, prefix="/vouchers", tags=["vouchers"], responses=errors(401))
 admin_router = APIRouter(
@@ -28,7 +29,7 @@ admin_router = APIRouter(
 
 
 def _percent(bp: int | None) -> str | None:
-    return None if bp is None else f"{bp // 100}" + (f".{bp % 100:02d}".rstrip("0") if bp % 100 else "")
+    return None if bp is None else bp_text(bp)
 
 
 def _voucher(v: svc.GrantView) -> VoucherOut:
