@@ -17,7 +17,7 @@ from danlu.accounts.credentials import ensure_admin_password
 from danlu.backend import Backend
 from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, parse_gpu_models
 from danlu.compute.backends.slurm import discover as discover_slurm
-from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC, discover_nvml, parse_simulated_spec
+from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC, DiscoveredGpu, discover_nvml, parse_simulated_spec
 from danlu.compute.limits import parse_seconds, parse_threshold
 from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings
@@ -27,7 +27,7 @@ from danlu.core.units import parse_mib
 from danlu.db.engine import open_database
 from danlu.scheduling.policies import Policy, get_policy
 from danlu.server.app import create_app
-from danlu.server.bootstrap import ADMIN_NAME, bootstrap
+from danlu.server.bootstrap import ADMIN_NAME, BootResult, bootstrap
 from danlu.server.lease import DataDirLock
 from danlu.server.loop import ControlLoop
 
@@ -103,36 +103,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     try:
         if opts.backend_name not in ("local", "slurm"):
             raise DanluError("invalid_backend", f"--backend is local or slurm, not {opts.backend_name!r}")
-        slurm = None
-        if opts.backend_name == "slurm":
-            slurm_config = SlurmConfig(
-                conf=opts.slurm_conf.resolve() if opts.slurm_conf else None,
-                partition=opts.slurm_partition,
-                spot_partition=opts.slurm_spot_partition or opts.slurm_partition,
-            )
-            gres_models = parse_gpu_models(opts.slurm_gpu_model)
-            gpus, slurm_config.gres_types = discover_slurm(
-                SlurmCli(slurm_config), gres_models, simulated=opts.slurm_fake_gpus
-            )
-            gpu_note = f"Slurm GRES of {len({g.host for g in gpus})} node(s)" + (
-                " — SIMULATED (--slurm-fake-gpus: the cluster's GPU devices are not real)"
-                if opts.slurm_fake_gpus
-                else ""
-            )
-            slurm = slurm_config
-        elif opts.simulate_gpus:
-            gpus = parse_simulated_spec(opts.simulate_gpus, "local")
-            gpu_note = f"simulated GPUs ({opts.simulate_gpus}) as requested by --simulate-gpus"
-        else:
-            found = discover_nvml()
-            if found:
-                gpus, gpu_note = found, "real GPUs discovered with NVML"
-            else:
-                gpus = parse_simulated_spec(DEFAULT_SIMULATED_SPEC, "local")
-                gpu_note = (
-                    f"NVML found no NVIDIA GPU on this machine: SIMULATED GPUs {DEFAULT_SIMULATED_SPEC} "
-                    "(every listing marks them simulated)"
-                )
+        gpus, gpu_note, slurm = discover_gpus(opts)
         demotion = server_demotion(
             get_policy(opts.policy), opts.demote_after, opts.demote_slice
         )  # also: a typo in --policy
@@ -192,8 +163,62 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
     app = create_app(platform, loop)
+    banner(echo, platform, boot, gpus, gpu_note, slurm, host, port)
+    loop.start()
+    try:
+        uvicorn.run(app, host=opts.host, port=opts.port, **UVICORN_OPTIONS)  # type: ignore[arg-type]
+    finally:
+        loop.stop()
+
+
+def discover_gpus(opts: ServerOptions) -> tuple[list[DiscoveredGpu], str, SlurmConfig | None]:
+    """This deployment's GPUs, a line saying where they came from, and the Slurm cluster's settings
+    (``--backend slurm``): its GRES; ``--simulate-gpus``; else NVML, else clearly labelled simulated ones."""
+    slurm = None
+    if opts.backend_name == "slurm":
+        slurm_config = SlurmConfig(
+            conf=opts.slurm_conf.resolve() if opts.slurm_conf else None,
+            partition=opts.slurm_partition,
+            spot_partition=opts.slurm_spot_partition or opts.slurm_partition,
+        )
+        gres_models = parse_gpu_models(opts.slurm_gpu_model)
+        gpus, slurm_config.gres_types = discover_slurm(
+            SlurmCli(slurm_config), gres_models, simulated=opts.slurm_fake_gpus
+        )
+        gpu_note = f"Slurm GRES of {len({g.host for g in gpus})} node(s)" + (
+            " — SIMULATED (--slurm-fake-gpus: the cluster's GPU devices are not real)" if opts.slurm_fake_gpus else ""
+        )
+        slurm = slurm_config
+    elif opts.simulate_gpus:
+        gpus = parse_simulated_spec(opts.simulate_gpus, "local")
+        gpu_note = f"simulated GPUs ({opts.simulate_gpus}) as requested by --simulate-gpus"
+    else:
+        found = discover_nvml()
+        if found:
+            gpus, gpu_note = found, "real GPUs discovered with NVML"
+        else:
+            gpus = parse_simulated_spec(DEFAULT_SIMULATED_SPEC, "local")
+            gpu_note = (
+                f"NVML found no NVIDIA GPU on this machine: SIMULATED GPUs {DEFAULT_SIMULATED_SPEC} "
+                "(every listing marks them simulated)"
+            )
+    return gpus, gpu_note, slurm
+
+
+def banner(
+    echo: Callable[[str], None],
+    platform: Platform,
+    boot: BootResult,
+    gpus: list[DiscoveredGpu],
+    gpu_note: str,
+    slurm: SlurmConfig | None,
+    host: str,
+    port: int,
+) -> None:
+    """What a newcomer reads first: where the platform listens, its GPUs and sandbox, how to sign in."""
+    data_dir, sandbox_dir, sandbox = platform.settings.data_dir, platform.sandbox_root, platform.sandbox
     echo(f"danlu {boot.currency} platform on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
-    echo(f"database: {database.dialect}  data directory: {data_dir}")
+    echo(f"database: {platform.db.dialect}  data directory: {data_dir}")
     echo(f"GPUs: {len(gpus)} — {gpu_note}")
     for g in gpus:
         where = f"{g.host} " if g.host else ""
@@ -216,13 +241,10 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         else "in " + str(data_dir / "admin-password")
     )
     echo(f"console: http://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
-    if opts.ssh_port is not None:
-        echo(f"ssh:  ssh -p {opts.ssh_port} INSTANCE_ID@{host}  (keys: danlu key add ~/.ssh/id_ed25519.pub)")
-    loop.start()
-    try:
-        uvicorn.run(app, host=opts.host, port=opts.port, **UVICORN_OPTIONS)  # type: ignore[arg-type]
-    finally:
-        loop.stop()
+    if platform.settings.ssh_port is not None:
+        echo(
+            f"ssh:  ssh -p {platform.settings.ssh_port} INSTANCE_ID@{host}  (keys: danlu key add ~/.ssh/id_ed25519.pub)"
+        )
 
 
 def parse_uid_range(text: str) -> tuple[int, int]:
