@@ -30,7 +30,8 @@ from typing import Any
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
 from danlu.compute import instances as svc
-from danlu.compute.backends.slurm import SQUEUE_FORMAT, SlurmBackend, SlurmCli, SlurmConfig, discover
+from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, discover
+from danlu.compute.backends.slurm_parse import SQUEUE_FORMAT
 from danlu.compute.gpus import parse_simulated_spec
 from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings

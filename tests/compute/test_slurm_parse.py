@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from danlu.backend import Device, ImageRoot, Limits, RunSpec, spec_from_json, spec_to_json
-from danlu.compute.backends.slurm import (
+from danlu.compute.backends.slurm import parse_gpu_models
+from danlu.compute.backends.slurm_node import slurm_devices
+from danlu.compute.backends.slurm_parse import (
     JobRecord,
     judge,
     parse_exit_codes,
-    parse_gpu_models,
     parse_sacct,
     parse_sinfo_gres,
     parse_squeue,
 )
-from danlu.compute.backends.slurm_node import slurm_devices
 from danlu.core.errors import InvalidInput
 
 
@@ -110,7 +110,7 @@ def test_real_gpus_are_the_ones_slurm_gave_and_simulated_ones_stay() -> None:
 
 
 def test_gpus_other_users_jobs_hold_are_counted_per_node_and_model() -> None:
-    from danlu.compute.backends.slurm import gres_gpus, held_by_others
+    from danlu.compute.backends.slurm_parse import gres_gpus, held_by_others
 
     assert gres_gpus("gres:gpu:a100:2") == [("a100", 2)]
     assert gres_gpus("gres/gpu:4,gres:tmpdisk:100") == [("", 4)]

@@ -22,7 +22,8 @@ from sqlalchemy import select
 
 from danlu.backend import RunUsage
 from danlu.billing import service as billing
-from danlu.compute.backends.slurm import JobRecord, SlurmBackend, SlurmCli, SlurmConfig, discover
+from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, discover
+from danlu.compute.backends.slurm_parse import JobRecord
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
