@@ -12,6 +12,7 @@ from danlu.accounts.service import create_user
 from danlu.backend import RunSpec
 from danlu.billing import service as billing
 from danlu.compute import instances
+from danlu.compute import storage as compute_storage
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.views import show
 from danlu.context import Platform
@@ -375,7 +376,7 @@ def test_a_stop_with_free_storage_never_walks_the_workspace_in_its_write_transac
     def walked(path: str) -> int:
         raise AssertionError(f"walked {path} inside the stop's transaction")
 
-    monkeypatch.setattr(instances, "workspace_bytes", walked)
+    monkeypatch.setattr(compute_storage, "workspace_bytes", walked)
     instances.stop(p, user, inst.id)
     executor = p.backend
     assert isinstance(executor, RecordingBackend)

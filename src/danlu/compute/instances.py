@@ -19,11 +19,11 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.accounts.payers import billing_account, currency, personal_account
 from danlu.backend import LaunchError, RunSpec
-from danlu.billing import posting, storage, tariffs
+from danlu.billing import posting, tariffs
 from danlu.billing.accounts import cash_account, lock_billing_account
 from danlu.billing.caps import covers, hard_caps
 from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
-from danlu.billing.price_plans import current_plan, held_plan, plan_for_usage
+from danlu.billing.price_plans import held_plan, plan_for_usage
 from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.billing.student import allocation_discount_bp
@@ -40,7 +40,8 @@ from danlu.compute.runs import (
     prepare_control_dir,
     write_preempt_deadline,
 )
-from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
+from danlu.compute.storage import end_storage, start_storage
+from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
@@ -328,63 +329,6 @@ def _launch(p: Platform, instance_id: str, spec: RunSpec) -> None:
         return
     if not p.backend.starts_before_record:
         p.backend.start(handle)
-
-
-def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
-    """The instance stopped with its workspace kept: measure it and bill it at the storage price
-    plan from now (danlu.billing.storage); the retention clock starts."""
-    inst.stopped_at_ms, inst.storage_warned_at_ms = now_ms, None
-    if inst.workspace_released_at_ms is not None or inst.storage_allocation_id is not None:
-        return
-    row = current_plan(session, storage.MODEL, storage.PLAN)
-    if row is None or row.price_per_hour_minor == 0:
-        return  # free storage: retention still applies, nothing is measured or billed
-    # Measured inside the write transaction, only when storage is priced: moving this after commit
-    # (a measuring phase, the meter waiting for it) is left to issue 27's rest.
-    size = workspace_bytes(inst.workspace)
-    if storage.mib(size) == 0:
-        return  # nothing stored
-    alloc = AllocationRow(
-        instance_id=inst.id,
-        user_id=inst.user_id,
-        billing_account_id=inst.billing_account_id,
-        host_id=inst.host_id,
-        gpu_model=storage.MODEL,
-        gpu_count=storage.mib(size),
-        gpu_indices="",
-        plan=storage.PLAN,
-        price_plan_id=row.id,
-        price_per_hour_minor=row.price_per_hour_minor,
-        discount_bp=0,
-        tariffs_json="",
-        currency=row.currency,
-        started_at_ms=now_ms,
-        ended_at_ms=None,
-        billed_until_ms=now_ms,
-        billed_minor=0,
-        settled=False,
-    )
-    session.add(alloc)
-    session.flush()
-    inst.storage_allocation_id = alloc.id
-
-
-def end_storage(session: Session, inst: Instance, end_ms: int) -> None:
-    """Stop billing the stored workspace (the instance starts again, is removed, or released)."""
-    inst.stopped_at_ms = None
-    inst.storage_warned_at_ms = None
-    if inst.storage_allocation_id is None:
-        return
-    lock_billing_account(session, inst.billing_account_id)
-    alloc = session.get(AllocationRow, inst.storage_allocation_id, populate_existing=True)
-    inst.storage_allocation_id = None
-    if alloc is None:
-        return
-    if alloc.ended_at_ms is None:
-        alloc.ended_at_ms = max(alloc.billed_until_ms, end_ms)
-        session.flush()
-    if not alloc.settled:
-        meter_account(session, alloc.billing_account_id, [alloc], max(end_ms, alloc.billed_until_ms))
 
 
 def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bool = True) -> None:

@@ -34,9 +34,10 @@ from danlu.billing import storage, vouchers
 from danlu.billing.caps import hard_caps, in_scope
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
 from danlu.compute import fstree, holds
-from danlu.compute.instances import end_storage, is_launching, request_stop, terminate_runs, transition
+from danlu.compute.instances import is_launching, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
 from danlu.compute.runs import write_preempt_deadline
+from danlu.compute.storage import end_storage
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict
