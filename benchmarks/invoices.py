@@ -37,10 +37,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, insert, select
 
-from danlu.billing import invoices
+from danlu.billing import invoices, periods
 from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
 from danlu.core.clock import FakeClock
@@ -361,7 +362,7 @@ def run(url: str, accounts: int, allocs_per: int, records: int, profile: bool, h
         n_records = populate(p, accounts, allocs_per, records, holds)
         setup_s = time.perf_counter() - t0
         floor_s, sums = floor_query(p)
-        _, end = invoices.period_bounds("2026-01", invoices.ZoneInfo("UTC"))
+        _, end = periods.period_bounds("2026-01", ZoneInfo("UTC"))
         clock.advance(ms=end + p.settings.invoice_grace_s * 1000 + 1 - clock.now_ms())
         prof = cProfile.Profile() if profile else None
         t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from danlu.accounts import teams
 from danlu.accounts.payers import personal_account
 from danlu.accounts.service import create_user
-from danlu.billing import invoices, vouchers
+from danlu.billing import invoices, periods, vouchers
 from danlu.billing import service as billing
 from danlu.billing.invoice_render import render
 from danlu.compute import instances, views
@@ -339,13 +339,13 @@ def test_team_invoices_are_the_teams_and_hidden_from_outsiders(p: Platform, fake
 def test_periods_are_months_in_the_deployments_zone() -> None:
     shanghai, utc = ZoneInfo("Asia/Shanghai"), ZoneInfo("UTC")
     late_jan_utc = at(2026, 1, 31, 20)  # 04:00 on 1 February in Shanghai
-    assert invoices.record_period(late_jan_utc - 1000, late_jan_utc, utc) == "2026-01"
-    assert invoices.record_period(late_jan_utc - 1000, late_jan_utc, shanghai) == "2026-02"
+    assert periods.record_period(late_jan_utc - 1000, late_jan_utc, utc) == "2026-01"
+    assert periods.record_period(late_jan_utc - 1000, late_jan_utc, shanghai) == "2026-02"
     # An interval ending exactly at midnight is the old month's.
-    assert invoices.record_period(at(2026, 1, 31, 23), at(2026, 2, 1), utc) == "2026-01"
-    start, end = invoices.period_bounds("2026-03", ZoneInfo("Europe/Berlin"))
+    assert periods.record_period(at(2026, 1, 31, 23), at(2026, 2, 1), utc) == "2026-01"
+    start, end = periods.period_bounds("2026-03", ZoneInfo("Europe/Berlin"))
     assert (end - start) // 3_600_000 == 31 * 24 - 1  # the spring-forward day has 23 hours
-    assert invoices.period_bounds("2026-12", utc)[1] == at(2027, 1, 1)
+    assert periods.period_bounds("2026-12", utc)[1] == at(2027, 1, 1)
 
 
 def test_spread_keeps_the_total() -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
 from zoneinfo import ZoneInfo
@@ -35,10 +34,11 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.accounts.payers import billing_account, currency
 from danlu.billing.accounts import lock_billing_account
+from danlu.billing.periods import check_period, next_period, period_bounds, period_of, record_period, zone
 from danlu.billing.rating import billable_seconds
 from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.context import Platform
-from danlu.core.errors import Conflict, InvalidInput, NotFound
+from danlu.core.errors import Conflict, NotFound
 from danlu.core.money import format_minor
 from danlu.core.states import Machine
 from danlu.db.models import Account, AllocationRow, ChargeRow, Invoice, InvoiceLine, Setting, UsageRecordRow, User
@@ -129,45 +129,6 @@ class InvoiceView:
             "cash": format_minor(self.total("cash_minor"), cur),
             "total": format_minor(self.total_minor, cur),
         }
-
-
-# --- periods ------------------------------------------------------------------------------------
-
-
-def _zone(p: Platform) -> ZoneInfo:
-    return ZoneInfo(p.settings.timezone)
-
-
-def period_of(ms: int, tz: ZoneInfo) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=tz).strftime("%Y-%m")
-
-
-def record_period(start_ms: int, end_ms: int, tz: ZoneInfo) -> str:
-    """The month of an interval's last millisecond."""
-    return period_of(max(start_ms, end_ms - 1), tz)
-
-
-def _next(period: str) -> str:
-    y, m = int(period[:4]), int(period[5:])
-    return f"{y + m // 12}-{m % 12 + 1:02d}"
-
-
-def period_bounds(period: str, tz: ZoneInfo) -> tuple[int, int]:
-    """[start, end) of the month in epoch milliseconds (local midnights, DST included)."""
-    check_period(period)
-    nxt = _next(period)
-    start = datetime(int(period[:4]), int(period[5:]), 1, tzinfo=tz)
-    end = datetime(int(nxt[:4]), int(nxt[5:]), 1, tzinfo=tz)
-    return int(start.timestamp() * 1000), int(end.timestamp() * 1000)
-
-
-def check_period(period: str) -> str:
-    ok = len(period) == 7 and period[4] == "-" and period[:4].isdigit() and period[5:].isdigit()
-    if not ok or not 1 <= int(period[5:]) <= 12 or not 2000 <= int(period[:4]) <= 2999:
-        raise InvalidInput(
-            "invalid_period", f"a period is a month written YYYY-MM (2000-01 to 2999-12), e.g. 2026-01, not {period!r}"
-        )
-    return period
 
 
 # --- derivation ---------------------------------------------------------------------------------
@@ -269,7 +230,7 @@ def _groups_of(s: Session, ba_ids: list[int], tz: ZoneInfo) -> dict[int, list[_G
             .group_by(UsageRecordRow.allocation_id)
         ):
             rows.append((month, *row))
-        month = _next(month)
+        month = next_period(month)
     allocs = {a.id: a for a in s.scalars(select(AllocationRow).where(AllocationRow.id.in_({r[1] for r in rows})))}
     out: dict[int, list[_Group]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r[1], r[0])):
@@ -289,7 +250,7 @@ def _final_periods(s: Session, ba_id: int) -> set[str]:
 def _target(own: str, final: set[str]) -> str:
     """The invoice an interval of month ``own`` goes on: its own month, or the first later one not final."""
     while own in final:
-        own = _next(own)
+        own = next_period(own)
     return own
 
 
@@ -359,7 +320,7 @@ def _stored(s: Session, inv: Invoice, name: str, kind: str) -> InvoiceView:
 def list_invoices(p: Platform, billing_account_id: int) -> list[InvoiceView]:
     """The payer's final invoices and its drafts (always the current month's, even when empty),
     newest month first."""
-    tz = _zone(p)
+    tz = zone(p)
     current = period_of(p.clock.now_ms(), tz)
     with p.db.read() as s:
         return _list(s, billing_account_id, tz, current)
@@ -417,7 +378,7 @@ def finalize(p: Platform, billing_account_id: int, period: str) -> InvoiceView |
     of earlier final months): numbered, stored, immutable. Idempotent: the existing final invoice
     is returned unchanged. None when there is nothing to invoice (no number is used)."""
     check_period(period)
-    tz = _zone(p)
+    tz = zone(p)
     if p.clock.now_ms() < period_bounds(period, tz)[1]:
         raise Conflict("period_open", f"{period} has not ended yet; finalise it after the month is over")
     with p.db.write() as s:
@@ -582,7 +543,7 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
 def finalize_due(p: Platform, now_ms: int) -> int:
     """Finalise every payer's months whose end plus the grace window has passed, oldest first;
     returns how many invoices were written. Cheap when nothing is due: one indexed query."""
-    tz = _zone(p)
+    tz = zone(p)
     with p.db.read() as s:
         oldest_open = s.execute(
             select(AllocationRow.billing_account_id, func.min(UsageRecordRow.end_ms))
@@ -629,7 +590,7 @@ def admin_finalize(p: Platform, period: str | None) -> int:
     now = p.clock.now_ms()
     if period is None:
         return finalize_due(p, now)
-    tz = _zone(p)
+    tz = zone(p)
     if now < period_bounds(check_period(period), tz)[1]:
         raise Conflict("period_open", f"{period} has not ended yet; finalise it after the month is over")
     with p.db.read() as s:

@@ -12,7 +12,7 @@ from danlu.api.schemas.common import Strict, limited
 
 # --- invoices and cost (danlu.billing.invoices, danlu.compute.cost) ------------------------------
 
-PERIOD = r"^2[0-9]{3}-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12, as danlu.billing.invoices.check_period
+PERIOD = r"^2[0-9]{3}-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12, as danlu.billing.periods.check_period
 _BAD_PERIOD = limited(
     "invalid_period",
     "a period is a month written YYYY-MM (2000-01 to 2999-12), e.g. 2026-01, not {value}",
