@@ -33,7 +33,7 @@ from danlu.backend import RunState
 from danlu.billing import storage, vouchers
 from danlu.billing.caps import hard_caps, in_scope
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
-from danlu.compute import fstree, holds
+from danlu.compute import fstree, hold_ends
 from danlu.compute.instances import is_launching, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
 from danlu.compute.runs import write_preempt_deadline
@@ -228,7 +228,7 @@ def meter_all(p: Platform, until_ms: int | None = None) -> MeterReport:
     now = p.clock.now_ms() if until_ms is None else min(until_ms, p.clock.now_ms())
     # Holds first, by the same clock reading the meter bills to: an instance on one that ended runs
     # on at the on-demand price from exactly its end (never billed at 0 past it).
-    report.holds_expired = holds.expire_due(p, now)
+    report.holds_expired = hold_ends.expire_due(p, now)
     report.vouchers_expired = vouchers.expire_due(p, now)
     with p.db.read() as s:
         by_account = open_allocations_by_account(s)
@@ -269,7 +269,7 @@ def _next_exhaustion(p: Platform, now: int) -> int | None:
     loop meters that payer then, not at the next interval (the next voucher expiry counts too)."""
     with p.db.read() as s:
         remaining = open_allocations_by_account(s)
-        times = [vouchers.next_expiry_ms(s), holds.next_end_ms(s)]
+        times = [vouchers.next_expiry_ms(s), hold_ends.next_end_ms(s)]
         if remaining:
             budgets = vouchers.spendable_minor(s, list(remaining), now)
             times += [exhaustion_ms(a, budgets.get(b, 0), now) for b, a in remaining.items()]
