@@ -69,7 +69,9 @@ def test_a_server_killed_during_a_demotion_notice_finishes_it_after_restart(db_u
         assert any("demoted with notice" in e["reason"] for e in events if e["to_status"] == "stopping")
         log = c.get(f"/jobs/{long_job}/logs").json()["text"]
         resumed = [line for line in log.splitlines() if line.startswith("attempt 2 resumes at step")]
-        assert resumed and int(resumed[0].split()[5]) >= 2, log  # from its checkpoint, not from 0
+        saved = [line for line in log.splitlines() if line.startswith("checkpointed at step")]
+        # From the checkpoint its notice let it write, not from 0 (how far it got first depends on the load).
+        assert resumed and saved and resumed[0].split()[-1] == saved[-1].split()[-1] != "0", log
         assert log.rstrip().endswith("finished") and "checkpointed at step" in log
         assert "short ran" in c.get(f"/jobs/{short}/logs").json()["text"]
     finally:

@@ -337,7 +337,10 @@ class LocalBackend:
         outer = live_process(h["pid"], h.get("ct"), h.get("ticks"))
         if outer is not None:
             send(outer, signal.SIGKILL, group=True)
-        elif not h.get("sb"):
+        elif not h.get("sb") and not psutil.pid_exists(h["pid"]):
+            # Its leader is gone, so the group's pgid is still ours while any member lives. A live
+            # process with that pid that is not our supervisor means the pid was reused, which the kernel
+            # allows only once our group is empty: that group is someone else's.
             kill_group_leftovers(h["pid"])
         if h.get("sb"):
             # The sandbox's init: when it dies the kernel kills every process in its PID namespace.
