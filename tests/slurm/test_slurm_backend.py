@@ -359,6 +359,13 @@ def test_an_unreachable_controller_refuses_new_rentals_and_keeps_running_ones(sl
             assert "does not answer" in r.json()["error"]["message"]
             assert c.get(f"/instances/{inst}").json()["status"] == "running"  # kept, not judged lost
             assert len(c.get("/instances").json()) == 1  # the refused rental left nothing behind
+            ready = httpx.get(slurm_live.url + "/readyz", timeout=30)  # a load balancer sees it (issue 28)
+            assert ready.status_code == 503 and ready.json()["checks"]["backend"] == {
+                "ok": False,
+                "detail": "slurm: does not answer",
+            }
+            assert httpx.get(slurm_live.url + "/healthz", timeout=30).status_code == 200  # alive all the same
+            assert 'danlu_backend_up{backend="slurm"} 0.0' in httpx.get(slurm_live.url + "/metrics", timeout=30).text
         finally:
             dev("start-slurmctld")
         wait_for(
@@ -371,6 +378,7 @@ def test_an_unreachable_controller_refuses_new_rentals_and_keeps_running_ones(sl
             timeout=60,
         )
         assert c.get(f"/instances/{inst}").json()["status"] == "running"
+        assert httpx.get(slurm_live.url + "/readyz", timeout=30).status_code == 200
 
 
 def test_a_server_that_dies_between_submit_and_record_leaves_nothing_running_or_billed(

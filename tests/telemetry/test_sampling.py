@@ -247,8 +247,11 @@ def test_metrics_and_events_are_the_renters_alone(p: Platform, fake_clock: FakeC
 def test_prometheus_metrics_are_open_on_the_servers_machine_and_need_the_admin_token_elsewhere(
     p: Platform, fake_clock: FakeClock
 ) -> None:
+    import re
+
     from fastapi.testclient import TestClient
 
+    from danlu import __version__
     from danlu.server.app import create_app
 
     ann = renter(p, "ann", "100.00")
@@ -260,14 +263,36 @@ def test_prometheus_metrics_are_open_on_the_servers_machine_and_need_the_admin_t
     with TestClient(app, client=("127.0.0.1", 40000)) as local:
         text = local.get("/metrics").text
     gpu = instances.show(p, ann, inst).gpu_indices[0]
-    labels = f'gpu="{gpu}",instance="{inst}",model="A100-80GB",simulated="true"'
+    # instance_id, not instance: Prometheus' own target label would rename ours exported_instance
+    labels = f'gpu="{gpu}",instance_id="{inst}",model="A100-80GB",simulated="true"'
     assert f"danlu_gpu_utilization_ratio{{{labels}}} 1.0" in text
     assert 'danlu_instances{status="running"} 1.0' in text and "danlu_jobs_queued 0.0" in text
+    assert not re.search(r'\binstance="', text), text
+    assert re.search(rf'danlu_build_info{{python="[0-9.]+",version="{re.escape(__version__)}"}} 1.0', text)
+    assert f'danlu_backend_up{{backend="{p.backend.name}"}} 1.0' in text
     with TestClient(app, client=("203.0.113.9", 40000)) as remote:
         assert remote.get("/metrics").json()["error"]["code"] == "missing_token"
         r = remote.get("/metrics", headers={"Authorization": "Bearer not-a-token"})
         assert r.status_code == 401
         assert remote.get("/metrics", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
+    # A reverse proxy on this machine connects from loopback for anyone: what it forwards needs the token.
+    with TestClient(app, client=("127.0.0.1", 40001)) as proxy:
+        for header in ("X-Forwarded-For", "X-Real-IP", "Forwarded"):
+            r = proxy.get("/metrics", headers={header: "203.0.113.9"})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "missing_token", header
+        r = proxy.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9", "Authorization": f"Bearer {admin}"})
+        assert r.status_code == 200
+        text = r.text
+    # This process's HTTP requests, by route template (never the raw path) and status.
+    assert 'danlu_http_requests_total{method="GET",route="/metrics",status="401"} 5.0' in text, text
+    assert 'danlu_http_request_duration_seconds_count{method="GET",route="/metrics"}' in text
+    with TestClient(app, client=("127.0.0.1", 40002)) as local:
+        assert local.get(f"/api/v1/instances/{inst}").status_code == 401
+        assert local.get("/no/such/page/x1").status_code in (401, 404)
+        text = local.get("/metrics").text
+    assert 'route="/api/v1/instances/{instance_id}",status="401"' in text
+    assert inst not in "".join(line for line in text.splitlines() if "danlu_http_" in line)
+    assert "/no/such/page" not in text
 
 
 def test_the_example_grafana_dashboard_queries_only_series_the_server_exposes(p: Platform) -> None:

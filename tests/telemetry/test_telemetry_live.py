@@ -99,9 +99,9 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
         assert r.status_code == 404 and r.json()["error"]["code"] == "instance_not_found"
         assert c.get("/api/v1/events").json() == [] and c.get("/api/v1/top").json() == []
     prom = httpx.get(url + "/metrics").text  # `curl /metrics` on the server's machine: no token needed
-    assert f'danlu_gpu_utilization_ratio{{gpu="{busy["gpu_indices"][0]}",instance="{busy["id"]}"' in prom, prom
+    assert f'danlu_gpu_utilization_ratio{{gpu="{busy["gpu_indices"][0]}",instance_id="{busy["id"]}"' in prom, prom
     assert 'danlu_instances{status="running"} 1.0' in prom and "danlu_usage_billed_minor_total" in prom
-    assert f'danlu_instance_network_receive_bytes_total{{instance="{busy["id"]}"}}' in prom
+    assert f'danlu_instance_network_receive_bytes_total{{instance_id="{busy["id"]}"}}' in prom
 
     chart = tmp_path / "busy.svg"
     shown = cli("show", busy["id"], "--chart", str(chart), "--since", "5m", token=ann).stdout

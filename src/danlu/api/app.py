@@ -12,7 +12,7 @@ import fastapi_offline
 from fastapi import Depends, FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
@@ -43,6 +43,7 @@ from danlu.billing import tariffs, terms
 from danlu.compute.offers import list_offers
 from danlu.context import Platform
 from danlu.core.money import exponent
+from danlu.telemetry import http_metrics, readiness
 
 API_PREFIX = "/api/v1"
 
@@ -50,6 +51,16 @@ API_PREFIX = "/api/v1"
 class HealthOut(BaseModel):
     status: str
     version: str
+
+
+class CheckOut(BaseModel):
+    ok: bool
+    detail: str
+
+
+class ReadyOut(BaseModel):
+    status: str  # ready | not_ready
+    checks: dict[str, CheckOut]
 
 
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
@@ -69,6 +80,8 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     app.state.loop = loop
     errors.install(app)
     app.add_middleware(errors.BodyLimit)
+    app.state.http_metrics = http_metrics.RequestMetrics()  # outermost: it times what the rest does
+    app.add_middleware(http_metrics.MetricsMiddleware, metrics=app.state.http_metrics)
     for module in (offers, instances, jobs, images, account, admin, operator):
         app.include_router(module.router, prefix=API_PREFIX)
     for extra in (teams_router, vouchers_router, holds_router):  # issue 9: teams, vouchers, packages
@@ -111,6 +124,17 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
         with platform.db.read() as s:
             s.connection().exec_driver_sql("SELECT 1")
         return HealthOut(status="ok", version=__version__)
+
+    @app.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
+    def readyz() -> JSONResponse:
+        """200 when the database, the backend, the control loop and the sandbox all answer; else 503
+        (danlu.telemetry.readiness)."""
+        found = readiness.checks(platform)
+        out = ReadyOut(
+            status="ready" if all(c.ok for c in found) else "not_ready",
+            checks={c.name: CheckOut(ok=c.ok, detail=c.detail) for c in found},
+        )
+        return JSONResponse(out.model_dump(), status_code=200 if out.status == "ready" else 503)
 
     return app
 

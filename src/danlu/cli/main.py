@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import platform
 
 import typer
+
+from danlu import __version__
 
 app = typer.Typer(
     name="danlu",
@@ -46,6 +49,21 @@ def _register_all() -> None:
 
 
 _register_all()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"danlu {__version__} (Python {platform.python_version()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print danlu's version and exit."
+    ),
+) -> None:
+    """danlu: a self-hostable GPU rental platform. Pay only for useful GPU time."""
 
 
 def main() -> None:

@@ -39,6 +39,9 @@ class Setting(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+CONTROL_LOOP_LEASE = "control-loop"  # the lease of the control loop's work (danlu.server.loop)
+
+
 class LeaseRow(Base):
     """Background work held by one server at a time (danlu.server.lease)."""
 

@@ -21,6 +21,7 @@ from danlu.billing.invoices import finalize_due
 from danlu.compute.reconcile import MeterReport, TickReport, meter_all, reconcile
 from danlu.compute.schedules import run_due
 from danlu.context import Platform
+from danlu.db.models import CONTROL_LOOP_LEASE
 from danlu.notify import alerts
 from danlu.notify.webhooks import deliver_due, enqueue
 from danlu.scheduling.live import schedule_round
@@ -83,7 +84,7 @@ class ControlLoop:
         self.dir_lock = dir_lock or DataDirLock(platform.settings.data_dir)
         ttl_ms = int(max(10.0, 5 * platform.settings.tick_interval_s) * 1000)
         self.lease = Lease(
-            platform.db, platform.clock, "control-loop", holder_for(platform.settings.data_dir), ttl_ms
+            platform.db, platform.clock, CONTROL_LOOP_LEASE, holder_for(platform.settings.data_dir), ttl_ms
         )
 
     def wake(self) -> None:

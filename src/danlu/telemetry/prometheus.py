@@ -7,6 +7,7 @@ An example Grafana dashboard over these series is ``docs/grafana-dashboard.json`
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
+from danlu import __version__
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
 from danlu.db.models import Account, AllocationRow, Gpu, Instance, Job, MetricSample, UsageRecordRow
@@ -21,6 +23,9 @@ from danlu.scheduling.jobs import QUEUED
 from danlu.telemetry.sampler import RUN
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The label naming a danlu instance. Not ``instance``: Prometheus gives every scraped series its
+# own ``instance`` (the target's host:port) and renames a clashing one to ``exported_instance``.
+INSTANCE = "instance_id"
 
 
 class PlatformCollector(Collector):
@@ -28,12 +33,12 @@ class PlatformCollector(Collector):
         self.p = p
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        gpu = ["instance", "gpu", "model", "simulated"]
+        gpu = [INSTANCE, "gpu", "model", "simulated"]
         util = GaugeMetricFamily("danlu_gpu_utilization_ratio", "GPU utilisation of a running instance", labels=gpu)
         mem = GaugeMetricFamily("danlu_gpu_memory_used_bytes", "GPU memory used (real GPUs only)", labels=gpu)
         power = GaugeMetricFamily("danlu_gpu_power_watts", "GPU power draw (real GPUs only)", labels=gpu)
         temp = GaugeMetricFamily("danlu_gpu_temperature_celsius", "GPU temperature (real GPUs only)", labels=gpu)
-        inst = ["instance"]
+        inst = [INSTANCE]
         cpu = GaugeMetricFamily("danlu_instance_cpu_ratio", "CPU used by a run, of its allotted cores", labels=inst)
         rss = GaugeMetricFamily("danlu_instance_memory_bytes", "resident memory of a run's processes", labels=inst)
         disk = GaugeMetricFamily("danlu_instance_disk_bytes", "a run's workspace on disk", labels=inst)
@@ -133,9 +138,25 @@ class PlatformCollector(Collector):
         spent = CounterMetricFamily("danlu_usage_billed_minor", "GPU and storage usage billed (vouchers and cash)")
         spent.add_metric([], int(billed))
         yield spent
+        yield from self._server()
+
+    def _server(self) -> Iterator[GaugeMetricFamily]:
+        """What is running and whether its backend answers (Slurm: ``scontrol ping``)."""
+        info = GaugeMetricFamily("danlu_build_info", "this server's version (always 1)", labels=["version", "python"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
+        reason = self.p.backend.unavailable()
+        up = GaugeMetricFamily(
+            "danlu_backend_up", "1 while the compute backend answers, 0 while it does not", labels=["backend"]
+        )
+        up.add_metric([self.p.backend.name], 0 if reason else 1)
+        yield up
 
 
-def exposition(p: Platform) -> bytes:
+def exposition(p: Platform, *more: Collector) -> bytes:
+    """The platform's series, then ``more`` (this process's HTTP requests, danlu.telemetry.http_metrics)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PlatformCollector(p))
+    for collector in more:
+        registry.register(collector)
     return generate_latest(registry)

@@ -199,20 +199,27 @@ def events(
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# Headers a reverse proxy adds: a request carrying one came through a proxy, whatever address it
+# came from (a proxy on this machine connects from loopback on behalf of anyone).
+FORWARDED = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip")
 
 
 async def metrics_reader(request: Request) -> None:
     """A scraper on the server's own machine reads /metrics without a token (as Prometheus on the
-    host, and `curl localhost:8000/metrics`); from anywhere else it takes the admin token. Renters'
-    sandboxes cannot reach the host's loopback (slirp4netns --disable-host-loopback)."""
+    host, and `curl localhost:8000/metrics`); from anywhere else, and through any reverse proxy, it
+    takes the admin token. Renters' sandboxes cannot reach the host's loopback (slirp4netns
+    --disable-host-loopback)."""
     client = request.client
-    if client is not None and client.host in LOOPBACK:
+    proxied = any(name in FORWARDED for name, _ in request.scope["headers"])
+    if client is not None and client.host in LOOPBACK and not proxied:
         return
     await get_admin(await get_current_user(request))
 
 
 @metrics_router.get("/metrics", response_class=Response, dependencies=[Depends(metrics_reader)])
-def prometheus(p: PlatformDep) -> Response:
-    """Prometheus text format: GPU and run utilisation per instance, fleet and money series. Open
-    to the server's own machine; from elsewhere, the admin token (it names every tenant's instances)."""
-    return Response(exposition(p), media_type=CONTENT_TYPE)
+def prometheus(p: PlatformDep, request: Request) -> Response:
+    """Prometheus text format: GPU and run utilisation per instance, fleet and money series, the
+    build, the backend, and this process's HTTP requests. Open to the server's own machine; from
+    elsewhere or through a proxy, the admin token (it names every tenant's instances)."""
+    requests = getattr(request.app.state, "http_metrics", None)
+    return Response(exposition(p, *([requests] if requests else [])), media_type=CONTENT_TYPE)
