@@ -11,6 +11,7 @@ from danlu import __version__
 
 
 def test_version_prints_the_package_version_and_python() -> None:
-    r = subprocess.run([sys.executable, "-m", "danlu.cli.main", "--version"], capture_output=True, text=True, timeout=60)
+    argv = [sys.executable, "-m", "danlu.cli.main", "--version"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"danlu {__version__} (Python {platform.python_version()})\n"

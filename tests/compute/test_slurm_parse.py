@@ -13,10 +13,12 @@ from danlu.compute.backends.slurm_node import slurm_devices
 from danlu.compute.backends.slurm_parse import (
     JobRecord,
     judge,
+    node_usable,
     parse_exit_codes,
     parse_sacct,
     parse_sinfo_gres,
     parse_squeue,
+    unusable_gpus,
 )
 from danlu.core.errors import InvalidInput
 
@@ -40,6 +42,47 @@ def test_sinfo_gres_counts_each_node_once_across_partitions_and_names_types() ->
     out = "dev0|gpu:a100:4\ndev0|gpu:a100:4\ndev1|gpu:h100:8(S:0-1),gpu:t4:2\ncpu0|(null)\n"
     found = [(g.node, g.gres_type, g.count) for g in parse_sinfo_gres(out)]
     assert found == [("dev0", "a100", 4), ("dev1", "h100", 8), ("dev1", "t4", 2)]
+
+
+@pytest.mark.parametrize(
+    ("state", "usable"),
+    [
+        ("idle", True),
+        ("mixed", True),
+        ("allocated", True),
+        ("completing", True),
+        ("mixed+completing", True),
+        ("IDLE", True),
+        ("drained", False),
+        ("draining", False),
+        ("idle+drain", False),
+        ("mixed+drain", False),
+        ("down", False),
+        ("down*", False),
+        ("idle*", False),  # not responding
+        ("idle~", False),  # powered off
+        ("idle#", False),  # powering up
+        ("idle@", False),  # reboot pending
+        ("maint", False),
+        ("idle+maint", False),
+        ("reserved", False),
+        ("fail", False),
+        ("failing", False),
+        ("unknown", False),
+        ("future", False),
+        ("inval", False),
+        ("", False),
+    ],
+)
+def test_a_node_is_offered_only_in_a_state_a_new_run_can_start_in(state: str, usable: bool) -> None:
+    assert node_usable(state) is usable
+
+
+def test_every_gpu_of_a_node_no_run_can_start_on_is_unavailable() -> None:
+    out = "dev0|drained|gpu:a100:4\ndev0|drained|gpu:a100:4\ndev1|mixed|gpu:a100:4\n"
+    out += "dev2|down*|gpu:h100:8(S:0-1),gpu:t4:2\n"
+    assert unusable_gpus(out) == {("dev0", "a100"): 4, ("dev2", "h100"): 8, ("dev2", "t4"): 2}
+    assert unusable_gpus("dev1|idle|gpu:a100:4\ncpu0|down|(null)\n") == {}
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from danlu.backend import RunUsage
 from danlu.billing import service as billing
 from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, discover
-from danlu.compute.backends.slurm_parse import JobRecord
+from danlu.compute.backends.slurm_parse import JobRecord, node_usable
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
@@ -71,6 +71,11 @@ def wait_cluster_idle(config: SlurmConfig) -> None:
     test cancelled must be gone (not COMPLETING) before this one counts on all 4 GPUs."""
     cli = SlurmCli(config)
     wait_for(lambda: not [j for j in cli.squeue().values() if j.state in ("RUNNING", "COMPLETING", "PENDING")], 60)
+    # and its node is back in service (after a test killed slurmd): a down node's GPUs are not offered
+    wait_for(
+        lambda: all(node_usable(line.split("|")[1]) for line in cli.run("sinfo", "-h", "-N", "-o", "%N|%T").split()),
+        120,
+    )
 
 
 def slurm_platform(db_url: str, data_dir: Path, conf: Path, **settings: Any) -> tuple[Platform, str]:
@@ -439,6 +444,38 @@ def test_gpus_the_clusters_own_jobs_hold_are_neither_offered_nor_claimed(slurm_l
         finally:
             backend.cli.run("scancel", other, check=False)
         wait_for(lambda: a100()["free"] == 3)  # gone: offered again (1 is our own rental)
+
+
+def test_gpus_of_a_drained_node_are_not_offered_until_it_is_resumed(slurm_live: LiveServer) -> None:
+    """Issue 28, finding 8: a drained (or down, or silent) node's GPUs were offered, and a rental on
+    them failed 15 s later with a misleading reason. A rental running there when it drains runs on."""
+    p = slurm_live.platform
+    backend = p.backend
+    assert isinstance(backend, SlurmBackend)
+    node = _only_node(backend)
+    with slurm_live.new_user("dru") as c:
+        a100 = lambda: next(o for o in c.get("/offers").json() if o["gpu_model"] == "A100-80GB")  # noqa: E731
+        r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "120"]})
+        assert r.status_code == 201 and r.json()["status"] == "running", r.text
+        running = r.json()["id"]
+        wait_for(lambda: a100()["free"] == 3)
+        backend.cli.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=danlu-test")
+        try:
+            wait_for(lambda: a100()["free"] == 0, timeout=60)  # the next ticks saw the node draining
+            assert a100()["total"] == 4
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "60"]})
+            assert r.status_code == 409 and r.json()["error"]["code"] == "no_capacity", r.text  # not a 15 s wait
+            assert c.get(f"/instances/{running}").json()["status"] == "running"  # drain lets running jobs end
+        finally:
+            backend.cli.run("scontrol", "update", f"nodename={node}", "state=resume")
+        wait_for(lambda: a100()["free"] == 3, timeout=60)  # resumed: offered again (1 is our own rental)
+        assert c.post(f"/instances/{running}/stop").status_code == 200
+
+
+def _only_node(backend: SlurmBackend) -> str:
+    nodes = {line.split("|")[0] for line in backend.cli.run("sinfo", "-h", "-N", "-o", "%N|%T").splitlines()}
+    assert len(nodes) == 1, nodes  # the development cluster: one node (tools/slurm-dev.sh)
+    return nodes.pop()
 
 
 def test_sessions_and_ports_reach_a_run_on_its_slurm_node(slurm_live: LiveServer) -> None:

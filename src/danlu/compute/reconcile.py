@@ -147,7 +147,10 @@ def sync_held_elsewhere(p: Platform, held: dict[tuple[str, str], int]) -> int:
                 .values(held_by_cluster=False)
                 .execution_options(synchronize_session=False)
             ).rowcount  # type: ignore[attr-defined]
-    log.info("GPUs held by the cluster's own jobs: %s", {f"{h}/{m}": n for (h, m), n in held.items()} or "none")
+    log.info(
+        "GPUs the cluster holds (its own jobs, nodes no run can start on): %s",
+        {f"{h}/{m}": n for (h, m), n in held.items()} or "none",
+    )
     return changed
 
 

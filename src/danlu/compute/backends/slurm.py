@@ -54,6 +54,7 @@ from danlu.compute.backends.slurm_parse import (
     JOB_PREFIX,
     NODE_EXCEPTION,
     RUNNING_STATES,
+    SINFO_NODES_FORMAT,
     SQUEUE_FORMAT,
     JobRecord,
     SlurmUnreachable,
@@ -63,12 +64,14 @@ from danlu.compute.backends.slurm_parse import (
     parse_sacct,
     parse_sinfo_gres,
     parse_squeue,
+    unusable_gpus,
 )
 from danlu.compute.gpus import DiscoveredGpu
 from danlu.compute.sandbox.helpers import helper
 from danlu.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class SlurmConfig:
@@ -379,7 +382,7 @@ class SlurmBackend:
             log.warning("Slurm answers again; reconciling every run")
         self._down = None
         self._report_strangers(jobs, {str(h["run"]) for h in parsed.values()})
-        self._held = held_by_others(jobs.values(), {t: m for m, t in self.config.gres_types.items()})
+        self._held = self._unavailable_gpus(jobs)
         missing = [str(h["job"]) for h in parsed.values() if str(h["job"]) not in jobs]
         if missing:  # forgotten by the controller: the accounting database, where the site keeps one
             jobs.update(self.cli.sacct(missing) or {})
@@ -401,6 +404,24 @@ class SlurmBackend:
                 state = self._node_failure(h, state)
             out[handle] = state
         return out
+
+    def _unavailable_gpus(self, jobs: dict[str, JobRecord]) -> dict[tuple[str, str], int]:
+        """(node, model) → GPUs no new run may take: those the cluster's own jobs hold, and every
+        GPU of a node that cannot start a run (drained, down, not responding …; issue 28, finding 8:
+        they were offered, and a rental there failed 15 s later with a misleading reason)."""
+        models = {t: m for m, t in self.config.gres_types.items()}
+        held = held_by_others(jobs.values(), models)
+        try:
+            out = self.cli.run("sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT)
+        except (SlurmUnreachable, subprocess.CalledProcessError) as exc:
+            log.warning("sinfo failed (%s): nodes' states unknown this tick", exc)
+            return held
+        whole: dict[tuple[str, str], int] = {}
+        for (node, gres_type), count in unusable_gpus(out).items():
+            model = models.get(gres_type) or (next(iter(models.values())) if len(models) == 1 else None)
+            if model is not None:
+                whole[(node, model)] = whole.get((node, model), 0) + count
+        return held | whole  # a node no run can start on is unavailable whole, its jobs' GPUs included
 
     def _node_failure(self, h: dict[str, Any], state: RunState) -> RunState:
         """A run whose node runner failed before the command ran (its own error file ends with a

@@ -160,6 +160,37 @@ class SlurmGpus:
     count: int
 
 
+SINFO_NODES_FORMAT = "%N|%T|%G"
+# sinfo's %T: a base state, "+FLAG"s, and one trailing character for what the controller knows of
+# the node (* not responding, ~ powered off, # powering up, ! powering down, % powering off,
+# $ maintenance reservation, @ reboot pending, ^ reboot issued). A new run starts only on these.
+USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+USABLE_FLAGS = frozenset({"completing", "planned"})
+UNUSABLE_MARKS = "*~#!%$@^"
+
+
+def node_usable(state: str) -> bool:
+    """Whether a node in this sinfo ``%T`` state can start a new run (pure): not drained or
+    draining, down, failing, in maintenance, rebooting, powered off or silent."""
+    s = state.strip().lower()
+    if not s or s[-1] in UNUSABLE_MARKS:
+        return False
+    base, *flags = s.split("+")
+    return base in USABLE_STATES and all(f in USABLE_FLAGS for f in flags)
+
+
+def unusable_gpus(out: str) -> dict[tuple[str, str], int]:
+    """``sinfo -h -N -o '%N|%T|%G'`` → (node, GRES type) → the GPUs of every node a new run cannot
+    start on (pure). A node listed once per partition is counted once."""
+    lines = []
+    for line in out.splitlines():
+        node, _, rest = line.partition("|")
+        state, _, gres = rest.partition("|")
+        if node.strip() and not node_usable(state):
+            lines.append(f"{node}|{gres}")
+    return {(g.node, g.gres_type): g.count for g in parse_sinfo_gres("\n".join(lines))}
+
+
 def parse_sinfo_gres(out: str) -> list[SlurmGpus]:
     """``sinfo -h -N -o '%N|%G'`` → every node's GPU GRES (``gpu:a100:4``, ``gpu:a100:4(S:0)``,
     several types comma-separated). A node listed once per partition is counted once."""
