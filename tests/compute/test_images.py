@@ -5,9 +5,12 @@ removal rules, and renting with an image, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -367,3 +370,36 @@ def test_names_ending_in_a_newline_and_overlong_paths_are_refused_by_the_service
     with pytest.raises(InvalidInput) as exc:
         validate_env({"FOO\n": "1"})
     assert exc.value.code == "invalid_env"
+
+
+def test_rent_exits_non_zero_when_the_rental_failed_to_start(live: LiveServer, tmp_path: Path) -> None:
+    """Issue 28, finding 8: `danlu rent` printed "failed" and exited 0 (the API answers 201 with
+    status failed: the instance exists, unbilled, to start again or remove). A script must know."""
+    require_sandbox()
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("no static busybox to build a root filesystem from")
+    src = tmp_path / "gone"
+    (src / "bin").mkdir(parents=True)
+    shutil.copy(busybox, src / "bin" / "busybox")
+    with live.new_user("fay") as c, live.admin() as a:
+        assert a.post("/admin/images", json={"name": "gone", "source": str(src)}).status_code == 201
+        shutil.rmtree(live.platform.sandbox_root / "images" / "gone")  # lost from the disk: no launch can bind it
+        env = {**os.environ, "DANLU_URL": live.url, "DANLU_TOKEN": str(c.headers["Authorization"]).split()[1]}
+        argv = [sys.executable, "-m", "danlu.cli.main", "rent", "--gpu", "T4", "--image", "gone"]
+        r = subprocess.run([*argv, "--", "true"], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert " failed on " in r.stdout and "failed: could not start" in r.stderr, (r.stdout, r.stderr)
+        r = subprocess.run([*argv, "--json", "--", "true"], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 1 and json.loads(r.stdout)["status"] == "failed", (r.stdout, r.stderr)
+        assert {i["status"] for i in c.get("/instances").json()} == {"failed"}
+        assert all(i["cost"] in ("0", "0.00") for i in c.get("/instances").json())
+        first = c.get("/instances").json()[0]["id"]
+        r = subprocess.run(
+            [sys.executable, "-m", "danlu.cli.main", "start", first],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert r.returncode == 1 and f"{first} failed: could not start" in r.stderr, (r.stdout, r.stderr)

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, build_table, console, human, parse_env, print_json, print_table
+from danlu.cli.output import JsonOpt, build_table, console, err_console, human, parse_env, print_json, print_table
 from danlu.cli.schedule_cmds import schedule_text
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, feed, limits_body, limits_text
 
@@ -96,6 +96,7 @@ def rent(
         )
     if not as_json and (v.get("idle_stop_s") or v.get("max_duration_s")):
         console.print(f"limits: {limits_text(v)} (`--idle-stop off` to keep it running idle)")
+    exit_if_failed(v, as_json)
 
 
 def ps(
@@ -237,6 +238,18 @@ def start(instance_id: str, as_json: bool = JsonOpt) -> None:
     """Start a stopped instance again with the same workspace (fails if no GPU is free)."""
     v = Client().post(f"/instances/{instance_id}/start")
     print_json(v) if as_json else console.print(f"{v['id']} {v['status']} on GPUs {human(v['gpu_indices'])}")
+    exit_if_failed(v, as_json)
+
+
+def exit_if_failed(v: dict[str, Any], as_json: bool) -> None:
+    """Exit 1 when the instance was created or started but its command never did (``failed``, not
+    billed; issue 28, finding 8: ``rent`` said "failed" and exited 0). A script must know."""
+    if v.get("status") == "failed":
+        if not as_json:
+            err_console.print(
+                f"{v['id']} failed: {v.get('status_reason') or 'its command did not start'}", markup=False
+            )
+        raise typer.Exit(1)
 
 
 def rm(instance_id: str, as_json: bool = JsonOpt) -> None:
