@@ -3,14 +3,27 @@ danlu.server.main, imported only when a server really starts, so every other `da
 
 from __future__ import annotations
 
+import os
+import typing
 from pathlib import Path
 
 import typer
 
+from danlu.cli import server_config
+from danlu.cli.output import JsonOpt, print_json
 from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC
+
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    help='A TOML file of settings: each flag\'s name without dashes (port = 8100, db_file = "/etc/danlu/db"); '
+    "DANLU_* environment variables and flags override it (docs/operations.md).",
+)
 
 
 def server(
+    ctx: typer.Context,
+    config: Path = ConfigOpt,
     db: str = typer.Option(
         "",
         "--db",
@@ -94,16 +107,47 @@ def server(
     ),
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
-    options = dict(locals())
+    given = {k: v for k, v in locals().items() if k not in ("ctx", "config")}
     from danlu.core.errors import DanluError
     from danlu.server.main import ServerOptions, run
 
     try:
-        run(ServerOptions(**options), typer.echo)
+        table = server_config.load(config) if config else {}
+        for setting in server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions)).values():
+            if setting.given:
+                given[setting.name] = setting.value
+        run(ServerOptions(**given), typer.echo)
     except DanluError as exc:
         typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
         raise typer.Exit(2) from None
 
 
+def config_show(config: Path = ConfigOpt, as_json: bool = JsonOpt) -> None:
+    """The server's settings as `danlu server --config FILE` here would take them (this environment's
+    DANLU_* included), each with where it came from; the database password masked."""
+    from danlu.cli.main import app
+    from danlu.core.errors import DanluError
+    from danlu.server.main import ServerOptions
+
+    command = typer.main.get_command(app).commands["server"]  # type: ignore[attr-defined]
+    ctx = command.make_context("server", [], resilient_parsing=True)
+    try:
+        table = server_config.load(config) if config else {}
+        found = server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions))
+    except DanluError as exc:
+        typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        print_json({k: {"value": server_config.shown(v), "source": v.source} for k, v in found.items()})
+        return
+    for setting in found.values():
+        typer.echo(server_config.toml_line(setting))
+
+
 def register(app: typer.Typer) -> None:
     app.command("server")(server)
+    config_app = typer.Typer(
+        help="The server's configuration (file, DANLU_* environment, flags).", no_args_is_help=True
+    )
+    config_app.command("show")(config_show)
+    app.add_typer(config_app, name="config")

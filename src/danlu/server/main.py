@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
     app = create_app(platform, loop)
-    banner(echo, platform, boot, gpus, gpu_note, slurm, host, port)
+    banner(echo, platform, boot, gpus, gpu_note, slurm, host, port, interactive=sys.stdout.isatty())
     loop.start()
     try:
         uvicorn.run(app, host=opts.host, port=opts.port, **UVICORN_OPTIONS)  # type: ignore[arg-type]
@@ -214,8 +215,10 @@ def banner(
     slurm: SlurmConfig | None,
     host: str,
     port: int,
+    interactive: bool = False,
 ) -> None:
-    """What a newcomer reads first: where the platform listens, its GPUs and sandbox, how to sign in."""
+    """What a newcomer reads first: where the platform listens, its GPUs and sandbox, how to sign in.
+    The admin token and password are shown only when ``interactive`` (a terminal)."""
     data_dir, sandbox_dir, sandbox = platform.settings.data_dir, platform.sandbox_root, platform.sandbox
     echo(f"danlu {boot.currency} platform on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
     echo(f"database: {platform.db.dialect}  data directory: {data_dir}")
@@ -228,17 +231,19 @@ def banner(
     echo(sandbox.banner())
     if sandbox_dir != data_dir:
         echo(f"  renters' workspaces: {sandbox_dir} (the data directory's parents are not traversable)")
+    # The first start's secrets go to a person at a terminal; under systemd or a pipe (journald,
+    # a log collector) only their 0600 files name them (issue 28).
     token_file = data_dir / "admin-token"
-    if boot.admin_token:
+    if boot.admin_token and interactive:
         echo(f"admin token (shown once, also in {token_file}, mode 0600): {boot.admin_token}")
     else:
-        echo(f"admin token: in {token_file}")
+        echo(f"admin token: in {token_file} (mode 0600)")
     echo(f"try:  export DANLU_URL=http://{host}:{port} DANLU_TOKEN=$(cat {token_file}); danlu offers")
     password = ensure_admin_password(platform, data_dir, ADMIN_NAME)
     shown = (
         f"{password}  (shown once, also in {data_dir / 'admin-password'})"
-        if password
-        else "in " + str(data_dir / "admin-password")
+        if password and interactive
+        else f"in {data_dir / 'admin-password'} (mode 0600)"
     )
     echo(f"console: http://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
     if platform.settings.ssh_port is not None:
