@@ -34,6 +34,7 @@ test: $(STAMP) system-deps
 	@tools/install-system-deps.sh slurmctld:slurm-wlm munged:munge   # the Slurm tests' development cluster
 	@tools/install-system-deps.sh chromium:chromium $(CJK_FONT)      # the console's browser tests (Playwright drives it)
 	@tools/install-system-deps.sh ssh:openssh-client rsync:rsync     # the SSH gateway's tests use OpenSSH's own clients
+	@tools/install-system-deps.sh systemd-analyze:systemd           # the systemd unit's test verifies it
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
+from pathlib import Path
 
 import typer
 
@@ -136,6 +138,45 @@ def price_set(
         spot = data["interruptible_price_per_hour"]
         extra = f", interruptible {spot}" if spot else ""
         console.print(f"{data['gpu_model']}: {data['price_per_hour']}{extra} {data['currency']} per GPU-hour")
+
+
+@admin_app.command("systemd-unit")
+def systemd_unit(
+    config: Path = typer.Option(Path("/etc/danlu/danlu.toml"), "--config", help="The config file it starts with."),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Where it answers on this machine."),
+) -> None:
+    """Print a systemd unit for `danlu server --config FILE` (docs/operations.md): save it as
+    /etc/systemd/system/danlu.service, then `systemctl enable --now danlu`. No admin token needed."""
+    from danlu.server.systemd import unit
+
+    danlu = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "danlu" else Path(sys.executable).parent / "danlu"
+    docs = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
+    typer.echo(unit(danlu, config.resolve(), url, docs), nl=False)
+
+
+@admin_app.command("wait-ready")
+def wait_ready(
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The server's address."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait at most."),
+) -> None:
+    """Wait until the server's /readyz answers 200 (exit 0), or say what is not ready and exit 1 after
+    --timeout seconds. No admin token needed; systemd's ExecStartPost uses it."""
+    import time
+
+    import httpx
+
+    deadline, said = time.monotonic() + timeout, "no answer"
+    while True:
+        try:
+            r = httpx.get(url.rstrip("/") + "/readyz", timeout=5)
+            if r.status_code == 200:
+                return
+            said = ", ".join(f"{k}: {v['detail']}" for k, v in r.json().get("checks", {}).items() if not v["ok"])
+        except (httpx.HTTPError, ValueError) as exc:
+            said = f"no answer ({type(exc).__name__})"
+        if time.monotonic() >= deadline:
+            fail(f"{url} is not ready after {timeout:g} s: {said}")
+        time.sleep(1)
 
 
 def register(app: typer.Typer) -> None:
