@@ -31,6 +31,10 @@ def server(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port"),
+    tls_cert: Path = typer.Option(
+        None, "--tls-cert", help="Serve HTTPS with this certificate chain (PEM); with --tls-key (docs/operations.md)."
+    ),
+    tls_key: Path = typer.Option(None, "--tls-key", help="The certificate's private key (PEM), for --tls-cert."),
     ssh_port: int = typer.Option(
         None, "--ssh-port", help="Serve the SSH gateway here (ssh -p PORT INSTANCE@HOST; docs/access.md). Off if unset."
     ),

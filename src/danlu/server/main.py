@@ -51,6 +51,8 @@ class ServerOptions:
     db: str = ""
     host: str = "127.0.0.1"
     port: int = 8000
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     ssh_port: int | None = None
     data_dir: Path | None = None
     sandbox_dir: Path | None = None
@@ -104,6 +106,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     try:
         if opts.backend_name not in ("local", "slurm"):
             raise DanluError("invalid_backend", f"--backend is local or slurm, not {opts.backend_name!r}")
+        tls = tls_options(opts.tls_cert, opts.tls_key)
         gpus, gpu_note, slurm = discover_gpus(opts)
         demotion = server_demotion(
             get_policy(opts.policy), opts.demote_after, opts.demote_slice
@@ -164,10 +167,11 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
     app = create_app(platform, loop)
-    banner(echo, platform, boot, gpus, gpu_note, slurm, host, port, interactive=sys.stdout.isatty())
+    scheme = "https" if tls else "http"
+    banner(echo, platform, boot, gpus, gpu_note, slurm, host, port, interactive=sys.stdout.isatty(), scheme=scheme)
     loop.start()
     try:
-        uvicorn.run(app, host=opts.host, port=opts.port, **UVICORN_OPTIONS)  # type: ignore[arg-type]
+        uvicorn.run(app, host=opts.host, port=opts.port, **UVICORN_OPTIONS, **tls)  # type: ignore[arg-type]
     finally:
         loop.stop()
 
@@ -216,11 +220,12 @@ def banner(
     host: str,
     port: int,
     interactive: bool = False,
+    scheme: str = "http",
 ) -> None:
     """What a newcomer reads first: where the platform listens, its GPUs and sandbox, how to sign in.
     The admin token and password are shown only when ``interactive`` (a terminal)."""
     data_dir, sandbox_dir, sandbox = platform.settings.data_dir, platform.sandbox_root, platform.sandbox
-    echo(f"danlu {boot.currency} platform on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
+    echo(f"danlu {boot.currency} platform on {scheme}://{host}:{port}  (API docs: {scheme}://{host}:{port}/docs)")
     echo(f"database: {platform.db.dialect}  data directory: {data_dir}")
     echo(f"GPUs: {len(gpus)} — {gpu_note}")
     for g in gpus:
@@ -238,18 +243,38 @@ def banner(
         echo(f"admin token (shown once, also in {token_file}, mode 0600): {boot.admin_token}")
     else:
         echo(f"admin token: in {token_file} (mode 0600)")
-    echo(f"try:  export DANLU_URL=http://{host}:{port} DANLU_TOKEN=$(cat {token_file}); danlu offers")
+    echo(f"try:  export DANLU_URL={scheme}://{host}:{port} DANLU_TOKEN=$(cat {token_file}); danlu offers")
     password = ensure_admin_password(platform, data_dir, ADMIN_NAME)
     shown = (
         f"{password}  (shown once, also in {data_dir / 'admin-password'})"
         if password and interactive
         else f"in {data_dir / 'admin-password'} (mode 0600)"
     )
-    echo(f"console: http://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
+    echo(f"console: {scheme}://{host}:{port}/  sign in as {ADMIN_NAME!r}, password {shown}")
     if platform.settings.ssh_port is not None:
         echo(
             f"ssh:  ssh -p {platform.settings.ssh_port} INSTANCE_ID@{host}  (keys: danlu key add ~/.ssh/id_ed25519.pub)"
         )
+
+
+def tls_options(cert: Path | None, key: Path | None) -> dict[str, str]:
+    """uvicorn's TLS options for ``--tls-cert``/``--tls-key``: both or neither, each a readable PEM
+    file, the pair matching (checked here, so a mistake is an error before anything listens)."""
+    if cert is None and key is None:
+        return {}
+    if cert is None or key is None:
+        raise InvalidInput("invalid_tls", "HTTPS needs both --tls-cert and --tls-key (PEM files)")
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise InvalidInput("invalid_tls", f"cannot read {exc.filename}") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise InvalidInput(
+            "invalid_tls", f"--tls-cert {cert} and --tls-key {key} are not a PEM certificate and its key: {exc}"
+        ) from None
+    return {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
 
 
 def parse_uid_range(text: str) -> tuple[int, int]:
