@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 
 from danlu.cli.account_cmds import StdinOpt, read_password
 from danlu.cli.client import Client
 from danlu.cli.output import JsonOpt, console, fail, print_json, print_table
+
+T = TypeVar("T")
 
 admin_app = typer.Typer(help="Operator commands (need the admin token).", no_args_is_help=True)
 user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
@@ -177,6 +182,80 @@ def wait_ready(
         if time.monotonic() >= deadline:
             fail(f"{url} is not ready after {timeout:g} s: {said}")
         time.sleep(1)
+
+
+DbOpt = typer.Option(None, "--db", help="The server's database URL (default: as `danlu server` finds it).")
+DataDirOpt = typer.Option(None, "--data-dir", help="The server's data folder (default: as `danlu server` finds it).")
+ServerConfigOpt = typer.Option(None, "--config", help="The server's config file (`danlu server --config`).")
+
+
+@admin_app.command("backup")
+def backup_cmd(
+    file: Path = typer.Argument(..., help="A new file to write (never overwritten)."),
+    config: Path = ServerConfigOpt,
+    db: str = DbOpt,
+    data_dir: Path = DataDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Back up the platform's database (one consistent snapshot, safe while the server runs) and
+    its admin token, password and SSH host key into FILE (0600). Workspaces are not included.
+    Runs on the server's machine with its configuration; no admin token needed (docs/operations.md)."""
+    from danlu.cli.server_cmd import database_and_data_dir
+    from danlu.core.clock import SystemClock
+    from danlu.db.backup import backup
+    from danlu.db.engine import open_database
+
+    url, folder = _or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    database = open_database(url)
+    try:
+        made = _or_fail(lambda: backup(database, folder, file.resolve(), SystemClock().now_ms()))
+    finally:
+        database.engine.dispose()
+    if as_json:
+        print_json({"file": str(file.resolve()), **made.__dict__})
+    else:
+        console.print(f"backed up {sum(made.rows.values())} rows of {made.dialect} schema {made.revision} to {file}")
+
+
+@admin_app.command("restore")
+def restore_cmd(
+    file: Path = typer.Argument(..., help="A file `danlu admin backup` wrote."),
+    config: Path = ServerConfigOpt,
+    db: str = DbOpt,
+    data_dir: Path = DataDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Restore FILE into an empty database and a new data folder, with no server running there;
+    then start `danlu server` on them. Renters' runs of the backup are judged lost (billed to their
+    last known moment) by that server."""
+    from danlu.cli.server_cmd import database_and_data_dir
+    from danlu.db.backup import restore
+    from danlu.db.engine import open_database
+    from danlu.server.lease import DataDirLock
+
+    os.umask(0o077)  # the restored database and files are the platform's own, private (as the server's)
+    url, folder = _or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    lock = DataDirLock(folder)
+    _or_fail(lock.acquire)  # no server on that folder while it is filled
+    database = open_database(url)
+    try:
+        made = _or_fail(lambda: restore(database, folder, file.resolve()))
+    finally:
+        database.engine.dispose()
+        lock.release()
+    if as_json:
+        print_json({"file": str(file.resolve()), **made.__dict__})
+    else:
+        console.print(f"restored {sum(made.rows.values())} rows (schema {made.revision}) into {folder}")
+
+
+def _or_fail(work: Callable[[], T]) -> T:
+    from danlu.core.errors import DanluError
+
+    try:
+        return work()
+    except DanluError as exc:
+        fail(exc.message, exc.code, exit_code=2)
 
 
 def register(app: typer.Typer) -> None:

@@ -126,18 +126,36 @@ def server(
         raise typer.Exit(2) from None
 
 
-def config_show(config: Path = ConfigOpt, as_json: bool = JsonOpt) -> None:
-    """The server's settings as `danlu server --config FILE` here would take them (this environment's
-    DANLU_* included), each with where it came from; the database password masked."""
+def server_settings(config: Path | None, argv: list[str]) -> dict[str, server_config.Setting]:
+    """The settings `danlu server --config CONFIG ARGV…` would run with here (this environment's
+    DANLU_* included): for `danlu config show` and the commands that work on a stopped server's
+    database and data folder (`danlu admin backup|restore`)."""
     from danlu.cli.main import app
-    from danlu.core.errors import DanluError
     from danlu.server.main import ServerOptions
 
     command = typer.main.get_command(app).commands["server"]  # type: ignore[attr-defined]
-    ctx = command.make_context("server", [], resilient_parsing=True)
+    ctx = command.make_context("server", argv, resilient_parsing=True)
+    table = server_config.load(config) if config else {}
+    return server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions))
+
+
+def database_and_data_dir(config: Path | None, db: str | None, data_dir: Path | None) -> tuple[str, Path]:
+    """The database URL and data folder of the server configured so (as `danlu server` finds them)."""
+    from danlu.server.main import default_data_dir
+
+    argv = [*(["--db", db] if db else []), *(["--data-dir", str(data_dir)] if data_dir else [])]
+    found = server_settings(config, argv)
+    folder = Path(found["data_dir"].value or default_data_dir()).resolve()
+    return str(found["db"].value or f"sqlite:///{folder / 'danlu.db'}"), folder
+
+
+def config_show(config: Path = ConfigOpt, as_json: bool = JsonOpt) -> None:
+    """The server's settings as `danlu server --config FILE` here would take them (this environment's
+    DANLU_* included), each with where it came from; the database password masked."""
+    from danlu.core.errors import DanluError
+
     try:
-        table = server_config.load(config) if config else {}
-        found = server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions))
+        found = server_settings(config, [])
     except DanluError as exc:
         typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
         raise typer.Exit(2) from None
