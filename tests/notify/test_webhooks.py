@@ -4,14 +4,18 @@ the event's id to de-duplicate, surviving a restart; a renter's URL reaches only
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from standardwebhooks.webhooks import Webhook as StandardWebhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
@@ -19,7 +23,7 @@ from danlu.core.errors import InvalidInput, NotFound
 from danlu.db.engine import open_database
 from danlu.db.models import Event, User, WebhookDelivery
 from danlu.notify import signing, webhooks
-from danlu.notify.signing import MAX_ATTEMPTS, next_retry_s, verify
+from danlu.notify.signing import MAX_ATTEMPTS, new_secret, next_retry_s, standard_headers, verify
 from tests.billing.test_metering import renter
 
 
@@ -86,6 +90,30 @@ def test_a_users_events_are_posted_signed_once_each(p: Platform, receiver: Recei
     assert webhooks.deliver_due(p) == (0, 0)
     [listed] = webhooks.list_webhooks(p, ann)
     assert (listed.delivered, listed.pending, listed.secret) == (1, 0, None)  # the secret is shown once
+    # The Standard Webhooks headers, checked by that scheme's own Python library as a receiver would.
+    assert headers["webhook-id"] == str(first) and headers["webhook-timestamp"] == headers["x-danlu-timestamp"]
+    sent_at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), UTC)
+    assert StandardWebhook(hook.secret).sign(str(first), sent_at, body) == headers["webhook-signature"]
+    assert StandardWebhook(new_secret()).sign(str(first), sent_at, body) != headers["webhook-signature"]
+    assert StandardWebhook(hook.secret).sign(str(before), sent_at, body) != headers["webhook-signature"]  # id signed
+
+
+def test_standard_webhooks_libraries_verify_every_secret_we_made(fake_clock: FakeClock) -> None:
+    """New secrets are whsec_ + standard base64; older ones were urlsafe base64 and are keyed as the
+    libraries read them (lenient), so a receiver's library verifies both. Real time: the library
+    rejects a timestamp more than 5 minutes from its own clock."""
+    import secrets
+    import time
+
+    body = b'{"id": 7, "kind": "idle_stop"}'
+    assert base64.b64decode(new_secret().removeprefix("whsec_"), validate=True)  # strict base64: every library
+    for secret in (new_secret(), "whsec_" + secrets.token_urlsafe(32), "whsec_-_-_" + secrets.token_urlsafe(32)):
+        headers = standard_headers(secret, "7", int(time.time()), body)
+        assert StandardWebhook(secret).verify(body, headers) == {"id": 7, "kind": "idle_stop"}
+        with pytest.raises(WebhookVerificationError):
+            StandardWebhook(new_secret()).verify(body, headers)
+        with pytest.raises(WebhookVerificationError):
+            StandardWebhook(secret).verify(body.replace(b"7", b"8"), headers)
 
 
 def test_a_failing_receiver_is_retried_with_backoff_and_sees_the_same_event_id(

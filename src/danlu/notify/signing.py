@@ -1,20 +1,27 @@
 """Webhook signatures, retry schedule and the address rule (pure: no I/O but ``check_address``'s
 resolution, injected).
 
-A delivery is ``POST URL`` with the JSON body and these headers:
+A delivery is ``POST URL`` with the JSON body and the headers of the **Standard Webhooks** scheme
+(standardwebhooks.com; issue 28), which its libraries in every language verify:
 
-* ``X-Danlu-Event-Id``: the event's id, the same on every retry (de-duplicate on it);
-* ``X-Danlu-Timestamp``: Unix seconds when this attempt was signed;
-* ``X-Danlu-Signature``: ``sha256=`` + hex HMAC-SHA256 of ``f"{timestamp}.{body}"`` keyed with the
-  webhook's secret. A receiver recomputes it over the raw body, compares in constant time
-  (``hmac.compare_digest``) and rejects timestamps older than a few minutes (replays).
+* ``webhook-id``: the event's id, the same on every retry (de-duplicate on it), and signed;
+* ``webhook-timestamp``: Unix seconds when this attempt was signed;
+* ``webhook-signature``: ``v1,`` + base64 HMAC-SHA256 of ``f"{id}.{timestamp}.{body}"``, keyed with
+  the secret's bytes (``whsec_`` + base64; read as those libraries read it, so secrets made before
+  they were standard base64 verify too). A receiver rejects timestamps older than a few minutes.
+
+For one release the older headers come too: ``X-Danlu-Event-Id``, ``X-Danlu-Timestamp`` and
+``X-Danlu-Signature`` (``sha256=`` + hex HMAC-SHA256 of ``f"{timestamp}.{body}"`` keyed with the
+secret's text). They do not sign the event id; move to the standard ones.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
+import secrets
 from collections.abc import Callable, Iterable
 
 BACKOFF_BASE_S = 10
@@ -29,6 +36,29 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 def verify(secret: str, timestamp: int, body: bytes, header: str) -> bool:
     return hmac.compare_digest(signature(secret, timestamp, body), header)
+
+
+SECRET_PREFIX = "whsec_"
+
+
+def new_secret() -> str:
+    """A webhook's secret as Standard Webhooks writes one: ``whsec_`` + base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def standard_key(secret: str) -> bytes:
+    """The HMAC key of ``secret``, read as the Standard Webhooks libraries read it (padding added,
+    characters outside base64 skipped), so every receiver using one derives the same bytes."""
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX) + "==")
+
+
+def standard_headers(secret: str, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    mac = hmac.new(standard_key(secret), f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+    }
 
 
 def next_retry_s(attempts: int) -> int | None:

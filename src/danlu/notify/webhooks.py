@@ -19,7 +19,6 @@ before each attempt; the operator may allow private addresses (``--webhook-allow
 from __future__ import annotations
 
 import json
-import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from danlu.core.errors import InvalidInput, NotFound, QuotaExceeded
 from danlu.core.states import Machine
 from danlu.db.models import Event, User, Webhook, WebhookDelivery
 from danlu.notify.feed import visible_to
-from danlu.notify.signing import forbidden_address, next_retry_s, signature
+from danlu.notify.signing import forbidden_address, new_secret, next_retry_s, signature, standard_headers
 
 MAX_PER_USER = 10
 MAX_URL = 2048
@@ -142,7 +141,7 @@ def add(p: Platform, user: User, url: str, kinds: list[str] | None = None) -> We
     if unknown:
         raise InvalidInput("invalid_event_kind", f"unknown event kinds {unknown}; known: {', '.join(KINDS)}")
     check_url(p, url)
-    secret = "whsec_" + secrets.token_urlsafe(32)
+    secret = new_secret()
     with p.db.write() as s:
         count = s.execute(
             select(func.count()).select_from(Webhook).where(Webhook.user_id == user.id, Webhook.deleted_at_ms.is_(None))
@@ -336,7 +335,8 @@ def _attempt(p: Platform, d: _Due, client: httpx.Client) -> tuple[int | None, st
         "X-Danlu-Event-Id": str(d.event_id),
         "X-Danlu-Delivery": str(d.id),
         "X-Danlu-Timestamp": str(ts),
-        "X-Danlu-Signature": signature(d.secret, ts, d.body),
+        "X-Danlu-Signature": signature(d.secret, ts, d.body),  # the older headers, for one release
+        **standard_headers(d.secret, str(d.event_id), ts, d.body),
         **host,
     }
     try:

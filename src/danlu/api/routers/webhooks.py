@@ -37,7 +37,7 @@ class WebhookOut(BaseModel):
     url: str
     kinds: list[str]
     created_at: str
-    secret: str | None = Field(None, description="Signs every delivery (X-Danlu-Signature); shown only once")
+    secret: str | None = Field(None, description="Signs every delivery (webhook-signature); shown only once")
     delivered: int
     pending: int
     failed: int
@@ -71,8 +71,10 @@ class DeliveryOut(BaseModel):
 @router.post("", response_model=WebhookOut, status_code=201, responses=errors(400, 422, 429))
 def add(body: WebhookIn, p: PlatformDep, user: CurrentUser) -> WebhookOut:
     """POST every new event you see (`danlu events`) to ``url``, signed with the secret returned
-    here: ``X-Danlu-Signature: sha256=HMAC(secret, "{X-Danlu-Timestamp}.{body}")``; at least once,
-    retried with backoff; de-duplicate on ``X-Danlu-Event-Id``."""
+    here, signed in the Standard Webhooks scheme (``webhook-id``, ``webhook-timestamp``,
+    ``webhook-signature: v1,base64(HMAC(secret bytes, "{id}.{timestamp}.{body}"))``); at least
+    once, retried with backoff; de-duplicate on ``webhook-id``. The older X-Danlu-* headers come
+    too for one release."""
     return WebhookOut.of(svc.add(p, user, body.url, list(body.kinds)))
 
 
