@@ -18,7 +18,7 @@ import typer
 from danlu.cli import server_config
 from danlu.cli.main import app
 from danlu.core.errors import InvalidInput
-from danlu.server.main import ServerOptions
+from danlu.server.options import ServerOptions
 from tests.cli.test_contract import DANLU, end_server_runs
 from tests.conftest import WORKER_UIDS, free_port, sandbox_folder, wait_for, worker_uid_first
 

@@ -7,7 +7,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 
@@ -247,6 +247,92 @@ def restore_cmd(
         print_json({"file": str(file.resolve()), **made.__dict__})
     else:
         console.print(f"restored {sum(made.rows.values())} rows (schema {made.revision}) into {folder}")
+
+
+db_app = typer.Typer(
+    help="The database's schema revision, on the server's machine with no server running (no admin token).",
+    no_args_is_help=True,
+)
+admin_app.add_typer(db_app, name="db")
+
+
+def _schema_state(made: Any) -> dict[str, Any]:
+    return {"current": made.current, "head": made.head, "up_to_date": made.current == made.head}
+
+
+@db_app.command("current")
+def db_current(
+    config: Path = ServerConfigOpt, db: str = DbOpt, data_dir: Path = DataDirOpt, as_json: bool = JsonOpt
+) -> None:
+    """The database's schema revision and this danlu's newest."""
+    from danlu.cli.server_cmd import database_and_data_dir
+    from danlu.db import schema
+    from danlu.db.engine import open_database
+
+    url, _ = _or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    database = open_database(url)
+    try:
+        found = _schema_state(schema.state(database))
+    finally:
+        database.engine.dispose()
+    if as_json:
+        print_json(found)
+    else:
+        when = "up to date" if found["up_to_date"] else f"this danlu's newest is {found['head']}"
+        console.print(f"schema {found['current'] or '(empty database)'}: {when}")
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    revision: str = typer.Argument("head", help="The revision to reach (default: this danlu's newest)."),
+    config: Path = ServerConfigOpt,
+    db: str = DbOpt,
+    data_dir: Path = DataDirOpt,
+) -> None:
+    """Migrate the database to REVISION (a server does this itself when it starts)."""
+    from danlu.cli.server_cmd import database_and_data_dir
+    from danlu.core.clock import SystemClock
+    from danlu.db import schema
+    from danlu.db.engine import open_database
+
+    url, _ = _or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    database = open_database(url)
+    try:
+        before = schema.state(database).current
+        after = _or_fail(lambda: schema.upgrade(database, SystemClock().now_ms(), revision)).current
+    finally:
+        database.engine.dispose()
+    console.print(f"schema {before or '(empty)'} → {after}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(
+    revision: str = typer.Argument(..., help="The older revision to go back to (0008 at the oldest)."),
+    backup_file: Path = typer.Option(..., "--backup", help="First back the database up to this new file."),
+    config: Path = ServerConfigOpt,
+    db: str = DbOpt,
+    data_dir: Path = DataDirOpt,
+) -> None:
+    """Take the schema back to REVISION, after backing the database up to --backup (a downgrade can
+    drop what newer versions added). Then start the danlu version of that revision."""
+    from danlu.cli.server_cmd import database_and_data_dir
+    from danlu.core.clock import SystemClock
+    from danlu.db import schema
+    from danlu.db.backup import backup
+    from danlu.db.engine import open_database
+
+    url, folder = _or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    database = open_database(url)
+    now = SystemClock().now_ms()
+    try:
+        _or_fail(lambda: schema.no_server(database, now))
+        before = schema.state(database).current
+        _or_fail(lambda: schema.check_downgrade(database, revision))  # before the backup: a refusal writes nothing
+        _or_fail(lambda: backup(database, folder, backup_file.resolve(), now))
+        after = _or_fail(lambda: schema.downgrade(database, now, revision)).current
+    finally:
+        database.engine.dispose()
+    console.print(f"backed up to {backup_file}; schema {before} → {after}")
 
 
 def _or_fail(work: Callable[[], T]) -> T:

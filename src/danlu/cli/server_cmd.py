@@ -113,7 +113,8 @@ def server(
     """Run the danlu control plane (REST API + background control loop)."""
     given = {k: v for k, v in locals().items() if k not in ("ctx", "config")}
     from danlu.core.errors import DanluError
-    from danlu.server.main import ServerOptions, run
+    from danlu.server.main import run
+    from danlu.server.options import ServerOptions
 
     try:
         table = server_config.load(config) if config else {}
@@ -131,7 +132,7 @@ def server_settings(config: Path | None, argv: list[str]) -> dict[str, server_co
     DANLU_* included): for `danlu config show` and the commands that work on a stopped server's
     database and data folder (`danlu admin backup|restore`)."""
     from danlu.cli.main import app
-    from danlu.server.main import ServerOptions
+    from danlu.server.options import ServerOptions
 
     command = typer.main.get_command(app).commands["server"]  # type: ignore[attr-defined]
     ctx = command.make_context("server", argv, resilient_parsing=True)
@@ -141,7 +142,7 @@ def server_settings(config: Path | None, argv: list[str]) -> dict[str, server_co
 
 def database_and_data_dir(config: Path | None, db: str | None, data_dir: Path | None) -> tuple[str, Path]:
     """The database URL and data folder of the server configured so (as `danlu server` finds them)."""
-    from danlu.server.main import default_data_dir
+    from danlu.server.options import default_data_dir
 
     argv = [*(["--db", db] if db else []), *(["--data-dir", str(data_dir)] if data_dir else [])]
     found = server_settings(config, argv)

@@ -30,8 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Column,
     Connection,
@@ -50,8 +48,9 @@ from sqlalchemy import inspect as sa_inspect
 
 from danlu import __version__
 from danlu.core.errors import InvalidInput
-from danlu.db.engine import Database, alembic_config, is_sqlite, migrate
+from danlu.db.engine import Database, is_sqlite, migrate
 from danlu.db.models import Base
+from danlu.db.schema import current_revision, head_revision
 
 FORMAT = "danlu-backup/1"
 BATCH = 2000
@@ -76,16 +75,6 @@ class Manifest:
     created_at_ms: int
     version: str
     rows: dict[str, int]
-
-
-def head_revision(db_url: str) -> str:
-    head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
-    assert head is not None
-    return head
-
-
-def current_revision(conn: Connection) -> str | None:
-    return MigrationContext.configure(conn).get_current_revision()
 
 
 def backup(db: Database, data_dir: Path, out: Path, now_ms: int) -> Manifest:

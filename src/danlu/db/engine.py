@@ -103,8 +103,9 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def migrate(db: Database) -> None:
-    """Bring the schema to the newest revision (the server calls this on every start).
+def migrate(db: Database, revision: str = "head", *, down: bool = False) -> None:
+    """Bring the schema to ``revision`` (the server calls this on every start, to the newest);
+    ``down``: back to an older one (``danlu admin db downgrade``).
 
     On SQLite, foreign keys are not enforced while migrating: a batch migration rebuilds a table
     (create, copy, drop, rename), and dropping a table other rows still reference would fail on a
@@ -118,7 +119,7 @@ def migrate(db: Database) -> None:
         try:
             with conn.begin():
                 cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
+                (command.downgrade if down else command.upgrade)(cfg, revision)
                 if sqlite:
                     dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if dangling:
