@@ -35,6 +35,12 @@ def server(
         None, "--tls-cert", help="Serve HTTPS with this certificate chain (PEM); with --tls-key (docs/operations.md)."
     ),
     tls_key: Path = typer.Option(None, "--tls-key", help="The certificate's private key (PEM), for --tls-cert."),
+    log_format: str = typer.Option(
+        "text", "--log-format", help="text, or json: one object per line with the request id (docs/operations.md)."
+    ),
+    access_log: bool = typer.Option(
+        True, "--access-log/--no-access-log", help="Log one line per HTTP request (method, route, status, ms)."
+    ),
     ssh_port: int = typer.Option(
         None, "--ssh-port", help="Serve the SSH gateway here (ssh -p PORT INSTANCE@HOST; docs/access.md). Off if unset."
     ),

@@ -4,7 +4,6 @@ bootstrap, the Platform, the control loop and the app, then uvicorn. The CLI onl
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from danlu.server.bootstrap import ADMIN_NAME, BootResult, bootstrap
 from danlu.server.lease import DataDirLock
 from danlu.server.loop import ControlLoop
 from danlu.server.options import ServerOptions, default_data_dir
+from danlu.telemetry import logs
 
 # How uvicorn serves the API (benchmarks/api_throughput.py serves its bare endpoint with the same):
 # one process (the control loop must run in exactly one), uvloop and httptools (both dependencies),
@@ -48,7 +48,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     """Start the server and serve until interrupted. Bad options or a failed set-up raise DanluError
     before anything listens; ``echo`` prints the banner (addresses, GPUs, sandbox, admin token)."""
     host, port = opts.host, opts.port
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(opts.log_format, access_log=opts.access_log)
     os.umask(0o077)  # the platform's own files are private unless a folder is opened up on purpose
     data_dir = (opts.data_dir or default_data_dir()).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,8 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     banner(echo, platform, boot, gpus, gpu_note, slurm, host, port, interactive=sys.stdout.isatty(), scheme=scheme)
     loop.start()
     try:
-        uvicorn.run(app, host=opts.host, port=opts.port, **UVICORN_OPTIONS, **tls)  # type: ignore[arg-type]
+        # log_config None: uvicorn's own lines go through our handler (JSON too), at its --log-level
+        uvicorn.run(app, host=opts.host, port=opts.port, log_config=None, **UVICORN_OPTIONS, **tls)  # type: ignore[arg-type]
     finally:
         loop.stop()
 

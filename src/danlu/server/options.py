@@ -18,6 +18,8 @@ class ServerOptions:
     port: int = 8000
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    log_format: str = "text"
+    access_log: bool = True
     ssh_port: int | None = None
     data_dir: Path | None = None
     sandbox_dir: Path | None = None

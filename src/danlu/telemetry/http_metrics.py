@@ -1,5 +1,6 @@
 """The server's own HTTP traffic for ``/metrics`` (issue 28, finding 9): requests by method, route
-and status, and how long they took, as an ASGI middleware counts them in this process.
+and status, and how long they took, as an ASGI middleware counts them in this process. The same
+middleware gives each request its id and writes the access log (danlu.telemetry.logs).
 
 Labelled by the **route template** (``/api/v1/instances/{instance_id}``), never the raw path, so a
 scanner or a renter's proxied app cannot grow the series without bound; a request no route
@@ -17,6 +18,8 @@ from typing import Any
 from fastapi.routing import iter_route_contexts
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from danlu.telemetry import logs
 
 # Seconds; prometheus-client's default buckets, which cover a 5 ms health check to a 10 s report.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -86,20 +89,37 @@ class MetricsMiddleware:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            rid = logs.request_id(_header(scope, b"x-request-id"))  # a WebSocket's lines name it too
+            token = logs.REQUEST_ID.set(rid)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                logs.REQUEST_ID.reset(token)
             return
         started = time.perf_counter()
         status = 500  # an exception before the response started is answered 500 by the server
+        rid = logs.request_id(_header(scope, b"x-request-id"))
+        token = logs.REQUEST_ID.set(rid)
 
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
-            self.metrics.observe(
-                scope.get("method", "GET"), self.template(scope), status, time.perf_counter() - started
-            )
+            seconds, route, method = time.perf_counter() - started, self.template(scope), scope.get("method", "GET")
+            self.metrics.observe(method, route, status, seconds)
+            client = scope.get("client")
+            logs.access(method, route, scope.get("path", ""), status, seconds, client[0] if client else None, rid)
+            logs.REQUEST_ID.reset(token)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
