@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -234,7 +235,16 @@ def test_a_running_jobs_run_takes_sessions_too(sbx: LiveServer) -> None:  # noqa
         assert r.status_code == 201, r.text
         jid = r.json()["id"]
         wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] == "running", timeout=60)
-        s = run(sbx, token_of(c), jid, ["sh", "-c", "echo $DANLU_CHECKPOINT_DIR; ls -d /checkpoints"], kind="jobs")
+        argv = ["sh", "-c", "echo $DANLU_CHECKPOINT_DIR; ls -d /checkpoints"]
+
+        def started() -> Any:  # a running job's run may still be starting (pending): it says so
+            s = run(sbx, token_of(c), jid, argv, kind="jobs")
+            if s.status is not None and s.status.get("error", {}).get("code") == "job_not_running":
+                assert "is starting; try again" in s.status["error"]["message"], s.status
+                return None
+            return s
+
+        s = cast(Any, wait_for(started, timeout=60))
         assert s.status == {"exit_code": 0}, (s.out, s.err)
         assert s.out.decode().split() == ["/checkpoints", "/checkpoints"]
         with sbx.new_user("mallory") as m:

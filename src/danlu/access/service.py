@@ -119,6 +119,8 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
         if job is None or not teams.may_see(s, user, job.user_id, job.billing_account_id):
             raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
         inst = s.get(Instance, job.current_instance_id) if job.current_instance_id else None
+        if inst is not None and inst.status == Status.PENDING:  # placed, its run still starting
+            raise Conflict("job_not_running", f"job {job_id}'s run {inst.id} is starting; try again in a few seconds")
         if inst is None or inst.status != Status.RUNNING:
             raise Conflict("job_not_running", f"job {job_id} is {job.status}: sessions open into a running job's run")
         t = _enterable(s, user, inst, job_id)
