@@ -255,17 +255,22 @@ def test_renting_an_unknown_image_claims_nothing(recorded: Platform) -> None:
     assert billing.balance(p, user).balance_minor == 100_00
 
 
-def test_images_over_http_and_a_rental_runs_in_its_image(live: LiveServer, tmp_path: Path) -> None:
-    """Pins: register/list/remove over HTTP with stable codes (admin only); a rental with the image
-    sees the image's files as its root, and the image cannot be removed while the rental exists."""
+def busybox_root(folder: Path) -> Path:
+    """A root filesystem of static busybox alone, in ``folder`` (skips where there is none)."""
     require_sandbox()
     busybox = shutil.which("busybox")
     if busybox is None:
         pytest.skip("no static busybox to build a root filesystem from")
-    src = tmp_path / "mini"
-    (src / "bin").mkdir(parents=True)
+    (folder / "bin").mkdir(parents=True)
+    shutil.copy(busybox, folder / "bin" / "busybox")
+    return folder
+
+
+def test_images_over_http_and_a_rental_runs_in_its_image(live: LiveServer, tmp_path: Path) -> None:
+    """Pins: register/list/remove over HTTP with stable codes (admin only); a rental with the image
+    sees the image's files as its root, and the image cannot be removed while the rental exists."""
+    src = busybox_root(tmp_path / "mini")
     (src / "etc").mkdir()
-    shutil.copy(busybox, src / "bin" / "busybox")
     for tool in ("sh", "cat", "ls"):
         os.symlink("busybox", src / "bin" / tool)
     (src / "etc" / "danlu-marker").write_text("inside the mini image\n")
@@ -375,13 +380,7 @@ def test_names_ending_in_a_newline_and_overlong_paths_are_refused_by_the_service
 def test_rent_exits_non_zero_when_the_rental_failed_to_start(live: LiveServer, tmp_path: Path) -> None:
     """Issue 28, finding 8: `danlu rent` printed "failed" and exited 0 (the API answers 201 with
     status failed: the instance exists, unbilled, to start again or remove). A script must know."""
-    require_sandbox()
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        pytest.skip("no static busybox to build a root filesystem from")
-    src = tmp_path / "gone"
-    (src / "bin").mkdir(parents=True)
-    shutil.copy(busybox, src / "bin" / "busybox")
+    src = busybox_root(tmp_path / "gone")
     with live.new_user("fay") as c, live.admin() as a:
         assert a.post("/admin/images", json={"name": "gone", "source": str(src)}).status_code == 201
         shutil.rmtree(live.platform.sandbox_root / "images" / "gone")  # lost from the disk: no launch can bind it

@@ -24,7 +24,7 @@ from danlu.db.engine import open_database
 from tests.conftest import LiveServer, fresh_pg_schema, wait_for
 
 DANLU = [sys.executable, "-m", "danlu.cli.main"]
-pytestmark = pytest.mark.slow(seconds=40)
+pytestmark = pytest.mark.slow(seconds=60)
 
 
 def books(url: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from danlu.db.schema import head_revision
 from danlu.server.lease import Lease
 
 DANLU = [sys.executable, "-m", "danlu.cli.main", "admin", "db"]
+pytestmark = pytest.mark.slow(seconds=60)  # a dozen CLI processes and migrations: start it early under xdist
 
 
 def db_cmd(url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -111,9 +111,12 @@ def test_idle_sleep_is_stopped_busy_loop_is_not_and_both_are_measured(server: tu
     [row] = cli.json("top", token=ann)  # type: ignore[misc]
     assert row["id"] == busy["id"] and row["gpu_util_pct"] is not None and row["cost_per_hour"] == "36.00"
     assert busy["id"] in cli("top", "--once", token=ann).stdout
-    feed: Any = cli.json("events", token=ann)
-    assert [e["kind"] for e in feed] == ["idle_stop", "idle_warning"]  # newest first: warned, then stopped
-    assert feed[0]["instance_id"] == feed[1]["instance_id"] == sleeper["id"]
+    everything: Any = cli.json("events", token=ann)
+    # The busy loop is never stopped (above); on a machine loaded enough to starve it for part of a
+    # window it may be warned (CI saw one idle_warning for it once), so its events are not judged here.
+    feed = [e for e in everything if e["instance_id"] == sleeper["id"]]
+    assert [e["kind"] for e in feed] == ["idle_stop", "idle_warning"], everything  # newest first: warned, stopped
+    assert not [e for e in everything if e["instance_id"] == busy["id"] and e["kind"] == "idle_stop"], everything
     assert "stopped at" in feed[0]["message"] and "it will be stopped at about" in feed[1]["message"]
     # The stop reached ann's webhook (of the kinds she asked for), signed, from the server's own thread.
     wait_for(lambda: receiver.got, timeout=30)

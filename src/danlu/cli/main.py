@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "danlu.cli.server_cmd",
     "danlu.cli.account_cmds",
     "danlu.cli.admin_cmds",
+    "danlu.cli.maintenance_cmds",
     "danlu.cli.operator_cmds",
     "danlu.cli.instance_cmds",
     "danlu.cli.job_cmds",
