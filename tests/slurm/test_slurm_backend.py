@@ -23,7 +23,7 @@ from sqlalchemy import select
 from danlu.backend import RunUsage
 from danlu.billing import service as billing
 from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, discover
-from danlu.compute.backends.slurm_parse import JobRecord, node_usable
+from danlu.compute.backends.slurm_parse import RUNNING_STATES, JobRecord, node_usable
 from danlu.compute.reconcile import meter_all, reconcile
 from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
@@ -133,7 +133,9 @@ def slurm_job(p: Platform, job_id: str) -> JobRecord:
 
 
 def slurm_elapsed(p: Platform, job_id: str) -> int:
-    job = wait_for(lambda: (j := slurm_job(p, job_id)).end_s is not None and j.state != "RUNNING" and j)
+    """Slurm's own run time of a job that has ended: not RUNNING, and not COMPLETING either (danlu
+    counts a COMPLETING job as running, and under load Slurm can stay there a while)."""
+    job = wait_for(lambda: (j := slurm_job(p, job_id)).end_s is not None and j.state not in RUNNING_STATES and j)
     assert isinstance(job, JobRecord) and job.start_s is not None and job.end_s is not None
     return job.end_s - job.start_s
 
