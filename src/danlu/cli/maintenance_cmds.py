@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from danlu.cli.admin_cmds import admin_app
-from danlu.cli.output import JsonOpt, console, fail, print_json
+from danlu.cli.output import JsonOpt, console, fail, or_fail, print_json
 
 if TYPE_CHECKING:
     from danlu.db.engine import Database
-
-T = TypeVar("T")
 
 DbOpt = typer.Option(None, "--db", help="The server's database URL (default: as `danlu server` finds it).")
 DataDirOpt = typer.Option(None, "--data-dir", help="The server's data folder (default: as `danlu server` finds it).")
@@ -32,22 +30,13 @@ db_app = typer.Typer(
 )
 
 
-def _or_fail(work: Callable[[], T]) -> T:
-    from danlu.core.errors import DanluError
-
-    try:
-        return work()
-    except DanluError as exc:
-        fail(exc.message, exc.code, exit_code=2)
-
-
 @contextmanager
 def _server_database(config: Path | None, db: str | None, data_dir: Path | None) -> Iterator[tuple[Database, Path]]:
     """The database and data folder of the server configured so (as `danlu server` finds them)."""
     from danlu.cli.server_cmd import database_and_data_dir
     from danlu.db.engine import open_database
 
-    url, folder = _or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    url, folder = or_fail(lambda: database_and_data_dir(config, db, data_dir))
     database = open_database(url)
     try:
         yield database, folder
@@ -75,7 +64,7 @@ def backup_cmd(
     from danlu.db.backup import backup
 
     with _server_database(config, db, data_dir) as (database, folder):
-        made = _or_fail(lambda: backup(database, folder, file.resolve(), _now_ms()))
+        made = or_fail(lambda: backup(database, folder, file.resolve(), _now_ms()))
     if as_json:
         print_json({"file": str(file.resolve()), **made.__dict__})
     else:
@@ -99,9 +88,9 @@ def restore_cmd(
     os.umask(0o077)  # the restored database and files are the platform's own, private (as the server's)
     with _server_database(config, db, data_dir) as (database, folder):
         lock = DataDirLock(folder)
-        _or_fail(lock.acquire)  # no server on that folder while it is filled
+        or_fail(lock.acquire)  # no server on that folder while it is filled
         try:
-            made = _or_fail(lambda: restore(database, folder, file.resolve()))
+            made = or_fail(lambda: restore(database, folder, file.resolve()))
         finally:
             lock.release()
     if as_json:
@@ -139,7 +128,7 @@ def db_upgrade(
 
     with _server_database(config, db, data_dir) as (database, _):
         before = schema.state(database).current
-        after = _or_fail(lambda: schema.upgrade(database, _now_ms(), revision)).current
+        after = or_fail(lambda: schema.upgrade(database, _now_ms(), revision)).current
     console.print(f"schema {before or '(empty)'} → {after}")
 
 
@@ -158,11 +147,11 @@ def db_downgrade(
 
     now = _now_ms()
     with _server_database(config, db, data_dir) as (database, folder):
-        _or_fail(lambda: schema.no_server(database, now))
+        or_fail(lambda: schema.no_server(database, now))
         before = schema.state(database).current
-        _or_fail(lambda: schema.check_downgrade(database, revision))  # before the backup: a refusal writes nothing
-        _or_fail(lambda: backup(database, folder, backup_file.resolve(), now))
-        after = _or_fail(lambda: schema.downgrade(database, now, revision)).current
+        or_fail(lambda: schema.check_downgrade(database, revision))  # before the backup: a refusal writes nothing
+        or_fail(lambda: backup(database, folder, backup_file.resolve(), now))
+        after = or_fail(lambda: schema.downgrade(database, now, revision)).current
     console.print(f"backed up to {backup_file}; schema {before} → {after}")
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+T = TypeVar("T")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -175,3 +177,14 @@ def fail(message: str, code: str | None = None, exit_code: int = 1) -> NoReturn:
     prefix = f"error [{code}]: " if code else "error: "
     err_console.print(prefix + message, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(exit_code)
+
+
+def or_fail(work: Callable[[], T]) -> T:
+    """``work()``, or its DanluError as ``error [code]: message`` and exit 2: for the commands that
+    work on this machine (the server, its configuration, backups) rather than through the API."""
+    from danlu.core.errors import DanluError
+
+    try:
+        return work()
+    except DanluError as exc:
+        fail(exc.message, exc.code, exit_code=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from danlu.cli import server_config
-from danlu.cli.output import JsonOpt, print_json
+from danlu.cli.output import JsonOpt, or_fail, print_json
 from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC
 
 ConfigOpt = typer.Option(
@@ -118,19 +118,20 @@ def server(
 ) -> None:
     """Run the danlu control plane (REST API + background control loop)."""
     given = {k: v for k, v in locals().items() if k not in ("ctx", "config")}
-    from danlu.core.errors import DanluError
     from danlu.server.main import run
     from danlu.server.options import ServerOptions
 
-    try:
-        table = server_config.load(config) if config else {}
-        for setting in server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions)).values():
-            if setting.given:
-                given[setting.name] = setting.value
-        run(ServerOptions(**given), typer.echo)
-    except DanluError as exc:
-        typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
-        raise typer.Exit(2) from None
+    for setting in or_fail(lambda: _resolve(ctx, config)).values():
+        if setting.given:  # from the environment or the file; the flags' own values are typed already
+            given[setting.name] = setting.value
+    or_fail(lambda: run(ServerOptions(**given), typer.echo))
+
+
+def _resolve(ctx: typer.Context, config: Path | None) -> dict[str, server_config.Setting]:
+    from danlu.server.options import ServerOptions
+
+    table = server_config.load(config) if config else {}
+    return server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions))
 
 
 def server_settings(config: Path | None, argv: list[str]) -> dict[str, server_config.Setting]:
@@ -138,12 +139,9 @@ def server_settings(config: Path | None, argv: list[str]) -> dict[str, server_co
     DANLU_* included): for `danlu config show` and the commands that work on a stopped server's
     database and data folder (`danlu admin backup|restore`)."""
     from danlu.cli.main import app
-    from danlu.server.options import ServerOptions
 
     command = typer.main.get_command(app).commands["server"]  # type: ignore[attr-defined]
-    ctx = command.make_context("server", argv, resilient_parsing=True)
-    table = server_config.load(config) if config else {}
-    return server_config.resolve(ctx, table, os.environ, typing.get_type_hints(ServerOptions))
+    return _resolve(command.make_context("server", argv, resilient_parsing=True), config)
 
 
 def database_and_data_dir(config: Path | None, db: str | None, data_dir: Path | None) -> tuple[str, Path]:
@@ -159,13 +157,7 @@ def database_and_data_dir(config: Path | None, db: str | None, data_dir: Path | 
 def config_show(config: Path = ConfigOpt, as_json: bool = JsonOpt) -> None:
     """The server's settings as `danlu server --config FILE` here would take them (this environment's
     DANLU_* included), each with where it came from; the database password masked."""
-    from danlu.core.errors import DanluError
-
-    try:
-        found = server_settings(config, [])
-    except DanluError as exc:
-        typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
-        raise typer.Exit(2) from None
+    found = or_fail(lambda: server_settings(config, []))
     if as_json:
         print_json({k: {"value": server_config.shown(v), "source": v.source} for k, v in found.items()})
         return
