@@ -73,3 +73,14 @@ def test_never_while_a_server_runs_on_the_database(platform: Platform, fake_cloc
             r.stderr
         )
     assert not (tmp_path / "x").exists()
+
+
+def test_a_wrong_folder_or_an_unreachable_database_is_a_clear_error_and_makes_nothing(tmp_path: Path) -> None:
+    """A newcomer ran `danlu admin db current` without --data-dir (make run keeps .danlu): a traceback."""
+    base = [sys.executable, "-m", "danlu.cli.main", "admin"]
+    for args in (["db", "current"], ["db", "upgrade"], ["backup", str(tmp_path / "b.backup")]):
+        r = subprocess.run([*base, *args, "--data-dir", str(tmp_path / "none")], capture_output=True, text=True)
+        assert r.returncode == 2 and "error [no_database]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "none").exists() and not (tmp_path / "b.backup").exists()
+    r = db_cmd("postgresql+psycopg://nobody:pw-123@127.0.0.1:1/x", "current")
+    assert r.returncode == 2 and "error [database_unreachable]" in r.stderr and "pw-123" not in r.stderr, r.stderr

@@ -31,14 +31,31 @@ db_app = typer.Typer(
 
 
 @contextmanager
-def _server_database(config: Path | None, db: str | None, data_dir: Path | None) -> Iterator[tuple[Database, Path]]:
-    """The database and data folder of the server configured so (as `danlu server` finds them)."""
+def _server_database(
+    config: Path | None, db: str | None, data_dir: Path | None, *, new: bool = False
+) -> Iterator[tuple[Database, Path]]:
+    """The database and data folder of the server configured so (as `danlu server` finds them).
+    Unless ``new`` (a restore's target), the database must exist and answer: a wrong folder is an
+    error naming it, never an empty SQLite file made there or a traceback."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import OperationalError
+
     from danlu.cli.server_cmd import database_and_data_dir
-    from danlu.db.engine import open_database
+    from danlu.db.engine import is_sqlite, open_database
 
     url, folder = or_fail(lambda: database_and_data_dir(config, db, data_dir))
+    where = "give --db, --data-dir or --config as the server gets them (`make run` keeps its data in .danlu)"
+    sqlite_file = Path(url.removeprefix("sqlite:///")) if is_sqlite(url) else None
+    if not new and sqlite_file is not None and not sqlite_file.is_file():
+        fail(f"no danlu database at {sqlite_file}: {where}", "no_database", exit_code=2)
     database = open_database(url)
     try:
+        try:
+            database.engine.connect().close()
+        except OperationalError as exc:
+            shown = make_url(url).render_as_string(hide_password=True)
+            reason = str(exc.orig or exc).strip().splitlines()[0]
+            fail(f"cannot open {shown}: {reason}; {where}", "database_unreachable", exit_code=2)
         yield database, folder
     finally:
         database.engine.dispose()
@@ -86,7 +103,7 @@ def restore_cmd(
     from danlu.server.lease import DataDirLock
 
     os.umask(0o077)  # the restored database and files are the platform's own, private (as the server's)
-    with _server_database(config, db, data_dir) as (database, folder):
+    with _server_database(config, db, data_dir, new=True) as (database, folder):
         lock = DataDirLock(folder)
         or_fail(lock.acquire)  # no server on that folder while it is filled
         try:
