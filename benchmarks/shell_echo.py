@@ -12,10 +12,10 @@ Target (issue 25): 100 concurrent shells on one host, echo p99 ≤ 50 ms.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pty
-import select
 import shutil
 import statistics
 import subprocess
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from websockets.sync.client import connect
+import uvloop
+from websockets.asyncio.client import connect
 
 from danlu.access import protocol
 from danlu.server.app import create_app
@@ -39,65 +40,80 @@ TARGET_MS = 50.0
 SHELL = ["/bin/bash", "--norc", "--noprofile", "-i"]
 
 
-def through_danlu(url: str, token: str, keys: int, out: list[float], ready: threading.Barrier) -> None:
-    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as ws:
+async def through_danlu(url: str, token: str, keys: int, out: list[float], ready: asyncio.Barrier) -> None:
+    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as ws:
         seen = b""
         while b"$ " not in seen:  # the prompt
-            message = ws.recv(timeout=60)
+            message = await asyncio.wait_for(ws.recv(), 60)
             assert isinstance(message, bytes)
             seen += message[1:]
-        ready.wait()
+        await ready.wait()
         for k in range(keys):
             key = bytes([ord("a") + k % 26])
             t0 = time.perf_counter()
-            ws.send(protocol.frame(protocol.STDIN, key))
+            await ws.send(protocol.frame(protocol.STDIN, key))
             got = b""
             while key not in got:
-                message = ws.recv(timeout=60)
+                message = await asyncio.wait_for(ws.recv(), 60)
                 assert isinstance(message, bytes)
                 got += message[1:]
             out.append((time.perf_counter() - t0) * 1000)
-        ws.send(protocol.frame(protocol.STDIN, b"\x15exit\r"))
+        await ws.send(protocol.frame(protocol.STDIN, b"\x15exit\r"))
 
 
-def bare(keys: int, out: list[float], ready: threading.Barrier) -> None:
+async def bare(keys: int, out: list[float], ready: asyncio.Barrier) -> None:
+    loop = asyncio.get_running_loop()
     master, slave = pty.openpty()
     proc = subprocess.Popen(SHELL, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
                             env={"PATH": "/usr/bin:/bin", "PS1": "$ ", "TERM": "xterm"})  # fmt: skip
     os.close(slave)
+    os.set_blocking(master, False)
+    readable = asyncio.Event()
+    loop.add_reader(master, readable.set)
+
+    async def read() -> bytes:
+        await asyncio.wait_for(readable.wait(), 60)
+        readable.clear()
+        try:
+            return os.read(master, 65536)
+        except BlockingIOError:
+            return b""
+
     seen = b""
     while b"$ " not in seen:
-        select.select([master], [], [], 60)
-        seen += os.read(master, 65536)
-    ready.wait()
+        seen += await read()
+    await ready.wait()
     for k in range(keys):
         key = bytes([ord("a") + k % 26])
         t0 = time.perf_counter()
         os.write(master, key)
         got = b""
         while key not in got:
-            select.select([master], [], [], 60)
-            got += os.read(master, 65536)
+            got += await read()
         out.append((time.perf_counter() - t0) * 1000)
+    loop.remove_reader(master)
     proc.kill()
     proc.wait()
     os.close(master)
 
 
 def run_all(n: int, target: Any, *args: Any) -> list[float]:
-    out: list[float] = []
-    ready = threading.Barrier(n)
-    threads = [threading.Thread(target=target, args=(*args, out, ready)) for _ in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    """The N typing sides as tasks of one event loop (uvloop), the same for both paths: a thread per
+    shell measured the client's own thread switching (and websockets' sync client adds a reader
+    thread per connection), not the shell's echo."""
+
+    async def go() -> list[float]:
+        out: list[float] = []
+        ready = asyncio.Barrier(n)
+        await asyncio.gather(*(target(*args, out, ready) for _ in range(n)))
+        return out
+
+    return uvloop.run(go())
 
 
 def clients(kind: str, n: int, keys: int, url: str = "", token: str = "") -> list[float]:
-    """The N typing shells, driven from a process of their own (``--client``): 2N client threads
-    beside the server would take the GIL from it and be measured as the server's latency."""
+    """The N typing shells, driven from a process of their own (``--client``): the client beside
+    the server would take the GIL from it and be measured as the server's latency."""
     cmd = [sys.executable, __file__, "--client", kind, "--shells", str(n), "--keys", str(keys), "--url", url]
     env = {**os.environ, "DANLU_BENCH_TOKEN": token}  # a token is no command-line argument
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
