@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from danlu.core.errors import InvalidInput
 
@@ -169,6 +167,9 @@ def shown(setting: Setting) -> Any:
     """The value as ``danlu config show`` prints it: the database URL without its password."""
     value = setting.value
     if setting.key == "db" and value:
+        from sqlalchemy.engine import make_url  # here: every CLI command imports this module
+        from sqlalchemy.exc import ArgumentError
+
         try:
             return make_url(str(value)).render_as_string(hide_password=True)
         except ArgumentError:
