@@ -190,6 +190,17 @@ def test_405_names_the_allowed_methods(client: TestClient) -> None:
         assert err["code"] == "method_not_allowed" and allowed.split(",")[0] in err["message"]
 
 
+def test_the_docs_pages_fetch_nothing_from_the_network_at_run_time(client: TestClient) -> None:
+    """Issue 28, finding 12: ReDoc's bundle drew its footer logo from cdn.redoc.ly, and Swagger UI
+    sends the spec's URL to validator.swagger.io for its badge unless told not to."""
+    js = client.get("/docs-assets/redoc.standalone.js")
+    assert js.status_code == 200 and "javascript" in js.headers["content-type"] and len(js.content) > 100_000
+    assert b"cdn.redoc.ly" not in js.content
+    assert b"/docs-assets/favicon.png" in js.content  # the footer's image, served here
+    page = client.get("/docs").text
+    assert re.search(r'"validatorUrl":\s*null', page), page
+
+
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_docs_are_served_offline(client: TestClient, page: str) -> None:
     """/docs and /redoc loaded their scripts from a CDN and were blank offline (issue 8)."""

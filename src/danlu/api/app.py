@@ -12,7 +12,7 @@ import fastapi_offline
 from fastapi import Depends, FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
@@ -140,7 +140,18 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
 
 
 def install_docs(app: FastAPI) -> None:
-    """/docs (Swagger UI) and /redoc with their JS and CSS served from ``ASSETS_URL``."""
+    """/docs (Swagger UI) and /redoc with their JS and CSS served from ``ASSETS_URL``. Nothing is
+    fetched from the network at run time: ReDoc's bundle draws its footer logo from cdn.redoc.ly,
+    so it is served with that one URL pointing at the local favicon (the bundle is otherwise
+    fastapi-offline's, unchanged), and Swagger UI's validator badge, which sends the document's URL
+    to validator.swagger.io, is off."""
+    redoc_js = (DOCS_ASSETS / "redoc.standalone.js").read_bytes()
+    redoc_js = redoc_js.replace(b"https://cdn.redoc.ly/redoc/logo-mini.svg", f"{ASSETS_URL}/favicon.png".encode())
+
+    @app.get(f"{ASSETS_URL}/redoc.standalone.js", include_in_schema=False)
+    async def redoc_bundle() -> Response:
+        return Response(redoc_js, media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
+
     app.mount(ASSETS_URL, StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
 
@@ -152,6 +163,7 @@ def install_docs(app: FastAPI) -> None:
             swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
             swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None},
         )
 
     @app.get("/redoc", include_in_schema=False)
