@@ -91,12 +91,14 @@ def test_rent_watch_cost_and_logs_stop_and_see_the_ledger_line(live: LiveServer)
             "plan": "on-demand",
             "image": "host",
             "command": " ".join(LOOP[:2]) + " '" + LOOP[2] + "'",
+            "idle_stop": "30m",
         },
     )
     assert r.status_code == 303, r.text
     iid = r.headers["location"].rsplit("/", 1)[1]
     page = c.get(f"/instances/{iid}")
     assert page.status_code == 200 and "Rented." in " ".join(flash(page.text))
+    assert "Stops after 30 minutes with every GPU idle" in page.text  # not "30:00", a time of day
     # Live cost: one event a second, the cost growing with billed time.
     seen: list[dict[str, str]] = []
     with c.stream("GET", "/live/instances") as s:

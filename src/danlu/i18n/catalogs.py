@@ -22,6 +22,7 @@ from babel.dates import format_datetime
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from babel.numbers import format_currency, format_decimal
+from babel.units import format_unit
 
 LANGUAGES = {"en": "English", "zh_CN": "简体中文"}
 DEFAULT = "en"
@@ -109,6 +110,16 @@ class Formatter:
         h, rest = divmod(max(seconds, 0), 3600)
         m, s = divmod(rest, 60)
         return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+    def limit(self, seconds: int) -> str:
+        """A configured length of time (an idle stop, a longest run) in the largest unit that
+        states it exactly: "30 minutes", "30分钟", "90 minutes" — never "30:00", which reads as a
+        time of day. :meth:`duration` is for time that has run."""
+        seconds = max(seconds, 0)
+        for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+            if seconds and seconds % size == 0:
+                return str(format_unit(seconds // size, f"duration-{unit}", length="long", locale=self.locale))
+        return str(format_unit(seconds, "duration-second", length="long", locale=self.locale))
 
 
 @cache
