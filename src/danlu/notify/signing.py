@@ -18,6 +18,7 @@ secret's text). They do not sign the event id; move to the standard ones.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -46,14 +47,24 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def standard_key(secret: str) -> bytes:
+def standard_key(secret: str) -> bytes | None:
     """The HMAC key of ``secret``, read as the Standard Webhooks libraries read it (padding added,
-    characters outside base64 skipped), so every receiver using one derives the same bytes."""
-    return base64.b64decode(secret.removeprefix(SECRET_PREFIX) + "==")
+    characters outside base64 skipped), so every receiver using one derives the same bytes. None
+    for an older urlsafe secret whose base64 letters number one more than a multiple of four: the
+    libraries cannot read it at all (they raise), so no standard signature can be made with it."""
+    try:
+        return base64.b64decode(secret.removeprefix(SECRET_PREFIX) + "==")
+    except binascii.Error:
+        return None
 
 
 def standard_headers(secret: str, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    mac = hmac.new(standard_key(secret), f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    """The Standard Webhooks headers, or none for a secret no library can read (the hook still gets
+    the older ``X-Danlu-Signature``; a new secret gives it these)."""
+    key = standard_key(secret)
+    if key is None:
+        return {}
+    mac = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
     return {
         "webhook-id": message_id,
         "webhook-timestamp": str(timestamp),
