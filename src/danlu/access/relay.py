@@ -27,7 +27,7 @@ class Ended(Exception):
     """The relay is over for the reason given (``gone``: the client left)."""
 
 
-async def _ready(fd: int, writer: bool, *also: asyncio.Future[None]) -> None:
+async def _writable(fd: int) -> None:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
 
@@ -35,12 +35,11 @@ async def _ready(fd: int, writer: bool, *also: asyncio.Future[None]) -> None:
         if not fut.done():
             fut.set_result(None)
 
-    (loop.add_writer if writer else loop.add_reader)(fd, wake)
+    loop.add_writer(fd, wake)
     try:
-        await asyncio.wait({fut, *also}, return_when=asyncio.FIRST_COMPLETED)
+        await fut
     finally:
-        (loop.remove_writer if writer else loop.remove_reader)(fd)
-        fut.cancel()
+        loop.remove_writer(fd)
 
 
 async def _write_all(fd: int, data: bytes) -> None:
@@ -49,7 +48,7 @@ async def _write_all(fd: int, data: bytes) -> None:
         try:
             n = os.write(fd, view[:CHUNK])
         except BlockingIOError:
-            await _ready(fd, True)
+            await _writable(fd)
             continue
         except OSError as exc:  # the process closed its input, or the terminal is gone
             if exc.errno in (errno.EPIPE, errno.EIO, errno.EBADF):

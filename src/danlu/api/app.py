@@ -5,6 +5,7 @@ documentation at /docs and /redoc, served offline: their scripts come from an in
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -139,18 +140,24 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     return app
 
 
+@cache
+def _redoc_js() -> bytes:
+    """ReDoc's bundle with its one CDN URL (the footer logo) pointing at the local favicon; read on
+    the first request for it, not at every app's start."""
+    js = (DOCS_ASSETS / "redoc.standalone.js").read_bytes()
+    return js.replace(b"https://cdn.redoc.ly/redoc/logo-mini.svg", f"{ASSETS_URL}/favicon.png".encode())
+
+
 def install_docs(app: FastAPI) -> None:
     """/docs (Swagger UI) and /redoc with their JS and CSS served from ``ASSETS_URL``. Nothing is
     fetched from the network at run time: ReDoc's bundle draws its footer logo from cdn.redoc.ly,
     so it is served with that one URL pointing at the local favicon (the bundle is otherwise
     fastapi-offline's, unchanged), and Swagger UI's validator badge, which sends the document's URL
     to validator.swagger.io, is off."""
-    redoc_js = (DOCS_ASSETS / "redoc.standalone.js").read_bytes()
-    redoc_js = redoc_js.replace(b"https://cdn.redoc.ly/redoc/logo-mini.svg", f"{ASSETS_URL}/favicon.png".encode())
 
     @app.get(f"{ASSETS_URL}/redoc.standalone.js", include_in_schema=False)
     async def redoc_bundle() -> Response:
-        return Response(redoc_js, media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
+        return Response(_redoc_js(), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
     app.mount(ASSETS_URL, StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
