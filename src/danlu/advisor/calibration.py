@@ -3,11 +3,15 @@
 The model: the time of one training sample on one GPU is a sum of three parts, each bound by one
 resource of the GPU (a "roofline sum"):
 
-    t(g) = c_matrix / matrix_tflops(g) + c_vector / fp32_tflops(g) + c_memory / mem_bw(g)
+    t(g) = c_matrix / matrix_tflops(g) + c_vector / fp32_tflops(g)
+           + (c_memory + c_l2_miss / l2_mb(g)) / mem_bw(g)
 
 ``matrix_tflops`` is the tensor-core peak for the precision (TF32 for fp32 on Ampere and later),
-``fp32_tflops`` the plain ALU peak (elementwise work, normalisation) and ``mem_bw`` the memory
-bandwidth. The three non-negative coefficients are fitted per (workload, precision) by least
+``fp32_tflops`` the plain ALU peak (elementwise work, normalisation), ``mem_bw`` the memory
+bandwidth and ``l2_mb`` the L2 cache (issue 31): memory traffic is split into a part every GPU
+moves through DRAM and a part that a larger L2 keeps on chip (capacity misses falling as 1/L2),
+which is what made the RTX 4090 (72 MB) faster and the V100 (6 MB) slower than a bandwidth-only
+model predicted. The four non-negative coefficients are fitted per (workload, precision) by least
 squares on *relative* error, so a slow GPU's rows weigh as much as a fast one's. Scaling over
 N GPUs: each GPU model's median per-GPU efficiency at each count it was measured at is kept; a GPU
 scales as the most similar GPU measured at that count (its own measurements first; similarity =
@@ -54,6 +58,10 @@ class Factors:
     # (gpu_model, gpu_count, median per-GPU efficiency) measured, as fitted: not capped, not made monotone
     scaling: tuple[tuple[str, int, float], ...]
     rows: int
+    c_l2_miss: float = 0.0  # seconds·GB/s·MB: the memory traffic a larger L2 keeps on chip
+    # (gpu_model, gpu_count, lowest, highest per-GPU efficiency, rows) where one GPU model was measured at one
+    # count on SPREAD_MIN_ROWS machines or more: how differently identical GPUs scaled (issue 31)
+    spread: tuple[tuple[str, int, float, float, int], ...] = ()
 
 
 def matrix_tflops(model: GpuModel, precision: str) -> float:
@@ -74,8 +82,17 @@ def matrix_tflops(model: GpuModel, precision: str) -> float:
     return model.fp32_tflops * (1.0 if arch == "kepler" else 2.0)
 
 
-def features(model: GpuModel, precision: str) -> tuple[float, float, float]:
-    return (1.0 / matrix_tflops(model, precision), 1.0 / model.fp32_tflops, 1.0 / model.mem_bw_gbps)
+def features(model: GpuModel, precision: str, *, l2: bool = True) -> tuple[float, float, float, float]:
+    """The four terms' per-GPU factors; ``l2=False`` zeroes the L2 term (the model before issue 31, which the
+    accuracy benchmark reports beside the new one)."""
+    l2_term = 1.0 / (model.l2_cache_mb * model.mem_bw_gbps) if l2 else 0.0
+    return (1.0 / matrix_tflops(model, precision), 1.0 / model.fp32_tflops, 1.0 / model.mem_bw_gbps, l2_term)
+
+
+def sample_seconds(factors: Factors, model: GpuModel) -> float:
+    """Seconds of one sample of ``factors``' workload on one GPU of ``model``."""
+    fm, fv, fb, fl = features(model, factors.precision)
+    return factors.c_matrix * fm + factors.c_vector * fv + factors.c_memory * fb + factors.c_l2_miss * fl
 
 
 def spec_distance(a: GpuModel, b: GpuModel) -> float:
@@ -152,8 +169,7 @@ def scaling_efficiency(points: Sequence[tuple[int, float]], gpu_count: int) -> f
 def predict(factors: Factors, model: GpuModel, gpu_count: int, models: dict[str, GpuModel]) -> float:
     """Predicted throughput (samples/s) of ``gpu_count`` GPUs of ``model``; ``models`` holds the specs of the
     GPUs whose scaling was measured."""
-    fm, fv, fb = features(model, factors.precision)
-    seconds = factors.c_matrix * fm + factors.c_vector * fv + factors.c_memory * fb
+    seconds = sample_seconds(factors, model)
     return gpu_count * scaling_efficiency(scaling_points(factors, model, models), gpu_count) / seconds
 
 
@@ -174,7 +190,8 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
 
 
 def _nnls_relative(xs: Sequence[tuple[float, ...]], ys: Sequence[float], ws: Sequence[float]) -> list[float]:
-    """min Σ w·(Σ c_k x_k / y − 1)² over c ≥ 0, by trying every support set (3 features: 7 sets)."""
+    """min Σ w·(Σ c_k x_k / y − 1)² over c ≥ 0, by trying every support set (4 features: 15 sets; a feature
+    that is zero on every row makes its sets singular, so it gets 0)."""
     dims = len(xs[0])
     rows = [[x / y for x in xv] for xv, y in zip(xs, ys, strict=True)]
     best: tuple[float, list[float]] | None = None
@@ -198,12 +215,18 @@ def _nnls_relative(xs: Sequence[tuple[float, ...]], ys: Sequence[float], ws: Seq
     return best[1]
 
 
-def fit(observations: Iterable[Observation], models: dict[str, GpuModel]) -> dict[tuple[str, str], Factors]:
+SPREAD_MIN_ROWS = 3  # machines of one GPU model at one count before their lowest..highest is shown
+
+
+def fit(
+    observations: Iterable[Observation], models: dict[str, GpuModel], *, l2: bool = True
+) -> dict[tuple[str, str], Factors]:
     """Fit one :class:`Factors` per (workload, precision) present in ``observations``.
 
-    Single-GPU rows fit the three coefficients (each GPU model weighs the same in total, so a
-    GPU measured twenty times does not dominate); multi-GPU rows of models that also have a
-    single-GPU row give that model's median per-GPU efficiency at each count (``scaling``).
+    Single-GPU rows fit the four coefficients (each GPU model weighs the same in total, so a
+    GPU measured twenty times does not dominate; ``l2=False`` leaves the L2 term out); multi-GPU
+    rows of models that also have a single-GPU row give that model's median per-GPU efficiency at
+    each count (``scaling``) and, measured on ``SPREAD_MIN_ROWS`` machines or more, its range (``spread``).
     """
     groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
     for obs in observations:
@@ -217,10 +240,10 @@ def fit(observations: Iterable[Observation], models: dict[str, GpuModel]) -> dic
             per_model[o.gpu_model] += 1
         if len(per_model) < 2:
             continue
-        xs = [features(models[o.gpu_model], precision) for o in singles]
+        xs = [features(models[o.gpu_model], precision, l2=l2) for o in singles]
         ys = [1.0 / o.throughput for o in singles]
         ws = [1.0 / per_model[o.gpu_model] for o in singles]
-        cm, cv, cb = _nnls_relative(xs, ys, ws)
+        cm, cv, cb, cl = _nnls_relative(xs, ys, ws)
         single_mean: dict[str, float] = {}
         for name in per_model:
             vals = [o.throughput for o in singles if o.gpu_model == name]
@@ -232,7 +255,15 @@ def fit(observations: Iterable[Observation], models: dict[str, GpuModel]) -> dic
         scaling = tuple(
             sorted((name, n, round(quantile(v, 0.5), 4)) for n, per in effs.items() for name, v in per.items())
         )
-        out[(workload, precision)] = Factors(workload, precision, cm, cv, cb, scaling, len(rows))
+        spread = tuple(
+            sorted(
+                (name, n, round(min(v), 4), round(max(v), 4), len(v))
+                for n, per in effs.items()
+                for name, v in per.items()
+                if len(v) >= SPREAD_MIN_ROWS
+            )
+        )
+        out[(workload, precision)] = Factors(workload, precision, cm, cv, cb, scaling, len(rows), cl, spread)
     return out
 
 

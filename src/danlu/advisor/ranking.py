@@ -17,7 +17,7 @@ from typing import Any
 from danlu.advisor import memory
 from danlu.advisor.interconnect import link_for
 from danlu.advisor.plans import PLAN_PRICERS, PlanContext, PlatformOffer, PlatformPlans, Source
-from danlu.advisor.timing import Measured, efficiency, estimate_hours
+from danlu.advisor.timing import Measured, Spread, efficiency, estimate_hours, measured_spread
 from danlu.advisor.workload import Workload, within
 from danlu.catalog.gpu_models import GpuModel, gpu_models
 from danlu.catalog.prices import PriceCatalog, source_label
@@ -48,6 +48,7 @@ class Option:
     outlier: bool = False  # the price is flagged far below the other providers' median
     efficiency: float = 1.0  # per-GPU scaling efficiency the time estimate assumed (1.0 on one GPU)
     interconnect: str = ""  # the link between the GPUs the estimate assumed ("" on one GPU)
+    spread: Spread | None = None  # how differently machines of this GPU model scaled at this count, if measured
 
     @property
     def source_label(self) -> str:
@@ -77,6 +78,15 @@ class Option:
             "sharding": self.sharding,
             "scaling_efficiency": round(self.efficiency, 3),
             "interconnect": self.interconnect,
+            "scaling_measured": None
+            if self.spread is None
+            else {
+                "lowest": self.spread.lowest,
+                "highest": self.spread.highest,
+                "machines": self.spread.machines,
+                "workload": self.spread.workload,
+                "text": self.spread.text(self.gpu_count),
+            },
             "hours": round(self.hours, 2),
             "cost": format_minor(self.cost_minor, self.currency),
             "currency": self.currency,
@@ -213,7 +223,10 @@ def rank_options(
     within("preemption_overhead", preemption_overhead, 0, 5, lo_open=False)
     models = gpu_models()
     primary = (primary_currency or next((s.currency for s in sources if s.platform), "USD")).upper()
-    cache: dict[tuple[str, int, str], tuple[Workload, bool, memory.MemoryBreakdown, float, float, tuple[str, ...]]] = {}
+    cache: dict[
+        tuple[str, int, str],
+        tuple[Workload, bool, memory.MemoryBreakdown, float, float, tuple[str, ...], Spread | None],
+    ] = {}
     best: dict[tuple[str, str, int, str, str], Option] = {}
     for src in sources:
         gpu = models.get(src.gpu_model)
@@ -227,8 +240,9 @@ def rank_options(
                 cfg, ok = _fit_config(precision_on(w, gpu), gpu, n)
                 fixes = () if ok else tuple(memory.fixes(cfg, gpu, n))
                 hours = estimate_hours(cfg, gpu, n, measured, link=link)
-                cache[key] = (cfg, ok, memory.estimate(cfg, n), hours, efficiency(cfg, gpu, n, link), fixes)
-            cfg, ok, mem, hours, eff, fixes = cache[key]
+                eff = efficiency(cfg, gpu, n, link)
+                cache[key] = (cfg, ok, memory.estimate(cfg, n), hours, eff, fixes, measured_spread(cfg, gpu, n))
+            cfg, ok, mem, hours, eff, fixes, spread = cache[key]
             for pricer in PLAN_PRICERS.values():
                 quote = pricer(PlanContext(src, n, hours, deadline_hours, preemption_overhead))
                 if quote is None:
@@ -253,6 +267,7 @@ def rank_options(
                     src.outlier,
                     eff,
                     link.name if n > 1 else "",
+                    spread,
                 )
                 bkey = (src.provider, gpu.name, n, quote.plan, src.currency)
                 if bkey not in best or opt.cost_minor < best[bkey].cost_minor:

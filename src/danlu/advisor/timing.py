@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 
 from danlu.advisor import interconnect
-from danlu.advisor.calibration import Factors, features, scaling_efficiency, scaling_points
+from danlu.advisor.calibration import Factors, sample_seconds, scaling_efficiency, scaling_points
 from danlu.advisor.memory import WEIGHT_BYTES
 from danlu.advisor.workload import Workload
 from danlu.catalog.gpu_models import GpuModel, gpu_models
@@ -38,9 +38,11 @@ def shipped_factors() -> dict[tuple[str, str], Factors]:
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     out: dict[tuple[str, str], Factors] = {}
     for ln in lines[1:]:
-        w, p, cm, cv, cb, scaling, rows = ln.split(",")
+        w, p, cm, cv, cb, cl, scaling, spread, rows = ln.split(",")
         pts = tuple((g, int(n), float(e)) for g, n, e in (x.split(":") for x in scaling.split(";") if x))
-        out[(w, p)] = Factors(w, p, float(cm), float(cv), float(cb), pts, int(rows))
+        cells = (x.split(":") for x in spread.split(";") if x)
+        band = tuple((g, int(n), float(lo), float(hi), int(k)) for g, n, lo, hi, k in cells)
+        out[(w, p)] = Factors(w, p, float(cm), float(cv), float(cb), pts, int(rows), float(cl), band)
     return out
 
 
@@ -55,6 +57,33 @@ def scaling_curve(w: Workload, gpu: GpuModel) -> tuple[tuple[int, float], ...]:
     """(gpu_count, per-GPU efficiency) points of ``w``'s reference workload on ``gpu``, before the interconnect."""
     f = _factors_for(w)
     return _curve(f.workload, f.precision, gpu.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How differently identical GPUs scaled: the lowest and highest per-GPU efficiency measured on ``machines``
+    machines of one GPU model at one GPU count, for the workload the advisor's estimate is built on (issue 31).
+    The estimate itself uses their median."""
+
+    lowest: float
+    highest: float
+    machines: int
+    workload: str
+
+    def text(self, gpu_count: int) -> str:
+        return (
+            f"{gpu_count} GPUs: {self.lowest:.2f}–{self.highest:.2f} per GPU measured on {self.machines} machines "
+            f"of this model ({self.workload})"
+        )
+
+
+def measured_spread(w: Workload, gpu: GpuModel, gpu_count: int) -> Spread | None:
+    """The measured spread of ``gpu_count`` × ``gpu`` on ``w``'s reference workload, where the data has one."""
+    f = _factors_for(w)
+    for name, n, lo, hi, k in f.spread:
+        if name == gpu.name and n == gpu_count:
+            return Spread(lo, hi, k, f"{f.workload} {f.precision}")
+    return None
 
 
 def work_flops(w: Workload) -> float:
@@ -79,8 +108,7 @@ def _factors_for(w: Workload) -> Factors:
 def seconds_per_flop(w: Workload, gpu: GpuModel) -> float:
     f = _factors_for(w)
     _, ref_flops = REFERENCE_WORKLOADS[w.arch.kind]
-    fm, fv, fb = features(gpu, f.precision)
-    return (f.c_matrix * fm + f.c_vector * fv + f.c_memory * fb) / ref_flops
+    return sample_seconds(f, gpu) / ref_flops
 
 
 def step_compute_seconds(w: Workload, gpu: GpuModel) -> float:

@@ -22,6 +22,8 @@ class GpuModel:
     architecture: str
     source: str
     nvml_patterns: tuple[re.Pattern[str], ...]
+    l2_cache_mb: float  # L2 cache, MB (issue 31): a term of the advisor's time model
+    l2_source: str
 
 
 def _rows() -> list[dict[str, str]]:
@@ -45,6 +47,8 @@ def gpu_models() -> dict[str, GpuModel]:
             architecture=row["architecture"],
             source=row["source"],
             nvml_patterns=tuple(re.compile(p, re.IGNORECASE) for p in row["nvml_patterns"].split(";")),
+            l2_cache_mb=float(row["l2_cache_mb"]),
+            l2_source=row["l2_source"],
         )
     return out
 

@@ -20,7 +20,7 @@ from danlu.advisor.chart import svg_chart, text_chart
 from danlu.advisor.plan_recommender import UsageProfile
 from danlu.advisor.workload import build_workload
 from danlu.catalog.prices import import_catalog, price_catalog
-from danlu.cli.output import JsonOpt, err_console, fail, print_json, print_table
+from danlu.cli.output import JsonOpt, console, err_console, fail, print_json, print_table
 from danlu.core.errors import DanluError
 
 advise_app = typer.Typer(help="Which GPU, how long, which plan, rent or buy: numbers before you spend.")
@@ -201,6 +201,22 @@ def advise(
     ]
     print_table(rows, OPTION_COLUMNS, title=f"advice ({len(options)} options; {meta['currency_note']})")
     _outlier_note(int(meta.get("outliers_left_out") or 0))
+    _spread_notes(options[:top])
+
+
+def _spread_notes(options: list[dict[str, Any]]) -> None:
+    """One line per GPU model and count in the table whose identical machines scaled differently (issue 31)."""
+    seen = set()
+    for o in options:
+        spread = o.get("scaling_measured")
+        if spread and (o["gpu_model"], o["gpu_count"]) not in seen:
+            seen.add((o["gpu_model"], o["gpu_count"]))
+            console.print(
+                f"{o['gpu_model']} × {spread['text']}; the estimate uses the median",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @advise_app.command("plan")

@@ -120,6 +120,14 @@ class AdviceRequest(Strict):
     include_outliers: bool = Field(False, description=OUTLIERS_TEXT)
 
 
+class ScalingSpreadOut(BaseModel):
+    lowest: float
+    highest: float
+    machines: int
+    workload: str = Field(description="the measured workload the advisor's estimate is built on")
+    text: str
+
+
 class OptionOut(BaseModel):
     gpu_model: str
     gpu_count: int
@@ -137,6 +145,12 @@ class OptionOut(BaseModel):
         "similar measured one) times the interconnect term; 1.0 on one GPU"
     )
     interconnect: str = Field(description="the link the GPUs are assumed to talk over (empty on one GPU)")
+    scaling_measured: ScalingSpreadOut | None = Field(
+        None,
+        description="where machines of this GPU model were measured at this GPU count on 3 or more machines: the "
+        "lowest and highest per-GPU efficiency they reached (identical GPUs scale differently; the estimate uses "
+        "the median); null elsewhere",
+    )
     hours: float
     cost: str
     currency: str
