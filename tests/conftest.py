@@ -123,6 +123,17 @@ def _remove_sandbox_folders() -> Iterator[None]:
     shutil.rmtree(_SANDBOX_BASE, ignore_errors=True)
 
 
+# The host-wide registry of --sandbox-uids claims (danlu.server.uid_claims): the suite's `danlu server`s
+# share uid ranges on purpose (per worker, or the default), so each test process has its own registry and
+# each test its own, or two tests' servers would refuse each other. tests/server/test_uid_claims.py shares one.
+os.environ.setdefault("DANLU_UID_REGISTRY", str(_SANDBOX_BASE.with_name(f"danlu-test-uids-{os.getpid()}.json")))
+
+
+@pytest.fixture(autouse=True)
+def _own_uid_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DANLU_UID_REGISTRY", str(tmp_path_factory.mktemp("uids") / "sandbox-uids.json"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules with long tests (marked ``slow``, longest first by the mark's ``seconds``: the
     drills) first, so that under pytest-xdist (which `make test` runs by module, --dist loadscope)

@@ -25,6 +25,7 @@ from danlu.core.errors import DanluError, InvalidInput
 from danlu.core.units import parse_mib
 from danlu.db.engine import open_database
 from danlu.scheduling.policies import Policy, get_policy
+from danlu.server import uid_claims
 from danlu.server.app import create_app
 from danlu.server.bootstrap import ADMIN_NAME, BootResult, bootstrap
 from danlu.server.lease import DataDirLock
@@ -74,6 +75,8 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
             )
         except (OSError, ValueError) as exc:
             raise DanluError("sandbox_setup", str(exc)) from None
+        if local.sandbox is not None and local.sandbox.as_root:  # renters run as uids of this range
+            uid_claims.claim(data_dir, uid_first, uid_first + uid_count - 1)
         # Slurm: the same sandbox, made inside each Slurm job on its node
         backend: Backend = local if slurm is None else SlurmBackend(data_dir, slurm, sandboxed=sandbox.sandboxed)
         host_settings = host_flags(opts.cpus_per_gpu, opts.mem_per_gpu, opts.disk_per_gpu, opts.pids_per_gpu)
