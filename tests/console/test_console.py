@@ -249,3 +249,18 @@ def test_the_instance_page_explains_its_cost_like_danlu_cost_and_top_shows_live_
     total = re.search(r'id="cost-total">([^<]+)<', page)
     assert total is not None and total.group(1) == "CN¥" + cost["cost"], (total, cost)
     assert iid not in c.get("/top").text  # stopped: no longer there
+
+
+def test_a_refusal_reads_in_chinese_with_the_english_specifics_beside_it(live: LiveServer) -> None:
+    """Issue 28, finding 12: the server's error messages were English on a 简体中文 console."""
+    live.new_user("alice").close()
+    set_password(live, "alice", "alice-password-1")
+    zh = sign_in(live, "alice", "alice-password-1", lang="zh-CN")
+    form = {"csrf": csrf_of(zh, "/rent"), "gpu_model": "A100-80GB", "gpu_count": "64", "plan": "on-demand"}
+    r = zh.post("/rent", data={**form, "image": "host", "command": "true"}, headers={"referer": f"{live.url}/rent"})
+    assert (r.status_code, r.headers["location"]) == (303, "/rent")
+    shown = " ".join(flash(zh.get("/rent").text))
+    assert "一台主机放不下这么多块该型号的 GPU" in shown and "A100-80GB GPUs fit on one host" in shown, shown
+    page = zh.get("/instances/i-0000000000000000")
+    shown = page.text.split("</code>")[1][:80]  # the error page's sentence, after its code
+    assert page.status_code == 404 and "没有" in shown and "no such instance" not in shown, shown

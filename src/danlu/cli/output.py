@@ -174,7 +174,12 @@ def parse_env(pairs: Sequence[str] | None, env_file: str | None) -> dict[str, st
 
 
 def fail(message: str, code: str | None = None, exit_code: int = 1) -> NoReturn:
+    """``error [code]: message`` on stderr (the message in the CLI's language, danlu.i18n.errors), then exit."""
     prefix = f"error [{code}]: " if code else "error: "
+    if code and cli_language() != "en":
+        from danlu.i18n.errors import localized  # Babel loads only for a translated CLI
+
+        message = localized(code, message, cli_language())
     err_console.print(prefix + message, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(exit_code)
 

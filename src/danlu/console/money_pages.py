@@ -261,7 +261,7 @@ def rent_on_package(
     try:
         out = instances_api.rent(_rent_request(ctx, f, expected_price), ctx.platform, ctx.me, ctx.request)
     except DanluError as e:
-        return with_flash(back("/plans"), "error", e.message)
+        return with_flash(back("/plans"), "error", ctx.error_text(e))
     message = ctx._("Bought and rented:") + f" {package}, {out.gpu_count}× {out.gpu_model} → {out.id} ({out.hold_id})"
     return with_flash(back("/plans"), "ok", message)
 

@@ -80,7 +80,7 @@ def login(
     try:
         user_id = credentials.check_password(ctx.platform, name.strip(), password, _address(ctx))
     except DanluError as e:
-        page = ctx.render("login.html", status=e.http_status, next=safe_next(next), error=ctx._(e.message), name=name)
+        page = ctx.render("login.html", status=e.http_status, next=safe_next(next), error=ctx.error_text(e), name=name)
         if isinstance(wait := e.details.get("retry_after_s"), int):
             page.headers["Retry-After"] = str(wait)
         return page

@@ -74,7 +74,7 @@ def compare(ctx: Page) -> Response:
             )
             left_out = len(advisor.outlier_rows(q.gpu))
         except DanluError as e:
-            ctx.flash.append(("error", e.message))
+            ctx.flash.append(("error", ctx.error_text(e)))
             status = e.http_status
     cat = price_catalog()
     return ctx.render(
@@ -113,7 +113,7 @@ def simulate(ctx: Page) -> Response:
             rows, elapsed_s = run_demo(scenario, chosen, interruptible=interruptible, tariffs=not no_tariffs)
             reference = reference_rows(scenario, trace)
         except DanluError as e:
-            ctx.flash.append(("error", e.message))
+            ctx.flash.append(("error", ctx.error_text(e)))
             status = e.http_status
     return ctx.render(
         "tools_simulate.html",

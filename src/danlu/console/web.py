@@ -28,6 +28,7 @@ from danlu.context import Platform
 from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.db.models import User
 from danlu.i18n.catalogs import LANGUAGES, Formatter, formatter, negotiate
+from danlu.i18n.errors import localized
 
 log = logging.getLogger(__name__)
 COOKIE = CONSOLE_COOKIE
@@ -92,6 +93,14 @@ class Ctx:
     def _(self, message: str) -> str:
         return self.fmt.gettext(message)
 
+    def error_text(self, e: DanluError) -> str:
+        """``e``'s message in the console's language: its catalog translation where the console wrote it,
+        as is where it is already in that language, else the code's sentence beside it (danlu.i18n.errors)."""
+        translated = self._(e.message)
+        if translated != e.message or any(ord(ch) >= 0x2E80 for ch in e.message):
+            return translated
+        return localized(e.code, e.message, self.lang)
+
     def render(
         self, template: str, status: int = 200, headers: dict[str, str] | None = None, **values: Any
     ) -> HTMLResponse:
@@ -110,7 +119,7 @@ class Ctx:
         return HTMLResponse(page, status_code=status, headers=headers or SECURITY_HEADERS)
 
     def error_page(self, e: DanluError) -> HTMLResponse:
-        return self.render("error.html", status=e.http_status, error=e)
+        return self.render("error.html", status=e.http_status, error=e, error_text=self.error_text(e))
 
 
 def _lang_of(request: Request) -> str:
@@ -245,11 +254,11 @@ class ConsoleRoute(APIRoute):
                 where = ".".join(str(x) for x in first.get("loc", ()) if x not in ("body", "query", "path"))
                 bad = InvalidInput("invalid_request", f"{where or 'request'}: {first.get('msg', 'invalid')}")
                 if request.method == "POST":
-                    return with_flash(back(_referrer_path(request)), "error", bad.message)
+                    return with_flash(back(_referrer_path(request)), "error", _base(request).error_text(bad))
                 return _base(request).error_page(bad)
             except DanluError as e:
                 if request.method == "POST":
-                    return with_flash(back(_referrer_path(request)), "error", e.message)
+                    return with_flash(back(_referrer_path(request)), "error", _base(request).error_text(e))
                 return _base(request).error_page(e)
             except Exception:
                 log.exception("console: unhandled error on %s %s", request.method, request.url.path)

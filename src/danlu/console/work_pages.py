@@ -132,7 +132,7 @@ def submit_job(
         out = jobs_api.submit(body, ctx.platform, ctx.me, ctx.request)
     except DanluError as e:
         # Shown on the form with what was typed (a redirect would lose a long command).
-        return _job_form(ctx, values, error=ctx._(e.message), status=e.http_status)
+        return _job_form(ctx, values, error=ctx.error_text(e), status=e.http_status)
     return with_flash(back(f"/jobs/{out.id}"), "ok", ctx._("Submitted: the job is queued for the scheduler."))
 
 
