@@ -40,6 +40,7 @@ COMMAND_MODULES = [
     "danlu.cli.webhook_cmds",
     "danlu.cli.schedule_cmds",
     "danlu.cli.session_cmds",
+    "danlu.cli.copy_cmds",
     # -- capability command modules above this line --
 ]
 
