@@ -29,7 +29,7 @@ def _connect(client: Client, instance_id: str, params: list[tuple[str, str]], ki
     headers = {"Authorization": f"Bearer {client.token}"} if client.token else {}
     try:
         return connect(url, additional_headers=headers, subprotocols=[protocol.SUBPROTOCOL], max_size=None,  # type: ignore[list-item]
-                       open_timeout=60, ping_interval=20, ping_timeout=60)  # fmt: skip
+                       open_timeout=60, ping_interval=20, ping_timeout=60, compression=None)  # fmt: skip
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
         fail(f"cannot reach the danlu server at {client.url} ({exc}); start it with `make run` or set DANLU_URL")
 
