@@ -240,13 +240,11 @@ class ConsoleRoute(APIRoute):
                 return sign_in_redirect(request, e)
             except BadCsrf:
                 ctx = _base(request)
-                return ctx.render(
-                    "error.html",
-                    status=403,
-                    error=Forbidden(
+                return ctx.error_page(
+                    Forbidden(
                         "bad_csrf",
                         ctx._("This form has expired or did not come from this site. Reload the page and try again."),
-                    ),
+                    )
                 )
             except RequestValidationError as e:
                 # A field FastAPI refused before the handler ran (missing, too long): a page, not a 500.
