@@ -53,6 +53,10 @@ templates = Environment(
     autoescape=select_autoescape(["html"]),
     trim_blocks=True,
     lstrip_blocks=True,
+    # The templates ship in the package and never change under a running server: with auto-reload Jinja
+    # stat()s each template file on every lookup (issue 29 measured it at ~23 % of the instances page;
+    # 7.9 µs → 0.7 µs per lookup here). A new version is a restart.
+    auto_reload=False,
 )
 templates.filters["shell"] = shlex.join  # a command as one could type it again
 
