@@ -57,3 +57,13 @@ def test_the_cli_says_it_in_chinese_too() -> None:
     assert "error [unknown_gpu_model]: 未知的 GPU 型号" in zh.output and "NOPE-9000" in zh.output, zh.output
     en = CliRunner().invoke(app, args, env={"DANLU_URL": "", "DANLU_LANG": "en"})
     assert "error [unknown_gpu_model]: unknown GPU model 'NOPE-9000'" in en.output, en.output
+
+
+def test_every_event_kind_is_a_word_the_console_translates() -> None:
+    from danlu.console.words import EVENT_KINDS
+    from danlu.i18n.catalogs import translations
+    from danlu.notify.webhooks import KINDS
+
+    assert list(KINDS) == EVENT_KINDS
+    zh = translations("zh_CN")
+    assert all(re.search(r"[\u4e00-\u9fff]", zh.gettext(k)) for k in KINDS)

@@ -18,6 +18,14 @@ OTHER = [
     N_("active"), N_("spent"), N_("expired"), N_("draft"), N_("final"),  # voucher and invoice states
     N_("train"), N_("finetune"), N_("inference"),  # advisor tasks
 ]  # fmt: skip
+# Event kinds (notify/webhooks.py KINDS; tests/i18n/test_error_messages.py keeps the two lists equal): the
+# console shows each in the page's language, the kind itself in its title (the word webhooks and the CLI use).
+EVENT_KINDS = [
+    N_("idle_warning"), N_("idle_stop"), N_("max_duration"), N_("budget_threshold"), N_("hold_expired"),
+    N_("hold_cancelled"), N_("storage_retention_warning"), N_("storage_released"), N_("member_removed"),
+    N_("schedule_stop"), N_("schedule_start"), N_("schedule_failed"), N_("preemption_notice"), N_("low_balance"),
+    N_("voucher_expiring"), N_("efficiency_hint"),
+]  # fmt: skip
 # The services' messages most often met in the console (the rest are shown in English).
 MESSAGES = [
     N_("the user name or the password is wrong; try again or ask your operator"),
