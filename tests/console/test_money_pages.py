@@ -192,3 +192,20 @@ def test_student_verification_asked_in_the_form_and_decided_by_the_operator(live
     assert notes == ["Approved: alice (Tsinghua University)"]
     assert api.get("/student/verification").json()["status"] == "approved"
     assert "No requests are waiting." in op.get("/operator/students").text
+
+
+def test_plan_terms_read_in_chinese(live: LiveServer) -> None:
+    """Issue 28, finding 12: a term's length and its early-end rule were English on a 简体中文 page."""
+    with live.admin() as a:
+        assert a.put("/admin/plans/package-day", json={"discount": "20", "cancel_fee": "10"}).status_code == 200
+        assert a.put("/admin/plans/reserved-3m", json={"discount": "30"}).status_code == 200
+    live.new_user("mei").close()
+    set_password(live, "mei", "mei-password-123")
+    zh = sign_in(live, "mei", "mei-password-123", lang="zh-CN")
+    row = zh.get("/plans").text.split('id="plan-package-day"')[1].split("</tr>")[0]
+    assert "1天" in row and "提前取消：未使用的部分按比例退款，扣除 10% 的手续费" in row, row
+    row = zh.get("/plans").text.split('id="plan-reserved-3m"')[1].split("</tr>")[0]
+    assert "90天" in row and "提前终止" in row and "clawed back" not in row, row
+    en = sign_in(live, "mei", "mei-password-123")
+    row = en.get("/plans").text.split('id="plan-package-day"')[1].split("</tr>")[0]
+    assert "cancel early: the unused part is refunded pro rata, less a 10% fee" in row, row
