@@ -370,6 +370,14 @@ def test_exports_carry_the_invoice(p: Platform, fake_clock: FakeClock) -> None:
     assert "http" not in page and "<script" not in page and "<link" not in page  # self-contained
     draft = render(invoices.invoice_of(p, ann, "2026-02"), "html")
     assert "DRAFT" in draft and "No usage" in draft
+    # The statement in 简体中文 (issue 28, finding 12): the same figures, its words Chinese.
+    zh = render(view, "html", "zh_CN")
+    for needed in ('<html lang="zh-CN">', "发票 编号 1", "付款方", "ann（个人账户）", "2026-01（自然月）", "已定稿",
+                   "GPU 时长（秒）", "合计（CNY）", inst, "2.00"):  # fmt: skip
+        assert needed in zh, needed
+    for english in ("Billed to", "Invoice", "calendar month", "List price", "nothing further is due"):
+        assert english not in zh, english
+    assert "草稿：尚未定稿" in render(invoices.invoice_of(p, ann, "2026-02"), "html", "zh_CN")
     with pytest.raises(NotFound):
         invoices.invoice_of(p, ann, "2025-12")
     with pytest.raises(InvalidInput, match="YYYY-MM"):

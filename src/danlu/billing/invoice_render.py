@@ -13,17 +13,38 @@ from danlu.billing.invoices import FORMATS, InvoiceView
 from danlu.core.errors import InvalidInput
 
 _COLUMNS = ("description", "plan", "seconds", "price_per_hour", "gross", "discount", "vouchers", "cash", "amount")
-_HEADERS = (
-    "Description",
-    "Plan",
-    "GPU time (s)",
-    "Price / GPU-h",
-    "List price",
-    "Discount",
-    "Vouchers",
-    "Cash",
-    "Amount",
-)
+# The HTML statement's words per language (issue 28, finding 12); JSON and CSV keep English keys for programs.
+_WORDS: dict[str, dict[str, str]] = {
+    "en": {
+        "html_lang": "en", "invoice": "Invoice", "no": "No. {number}", "draft": "DRAFT: not final",
+        "not_issued": "not issued (draft: it may still change)", "no_usage": "No usage in this period.",
+        "total": "Total ({cur})", "billed_to": "Billed to", "account": "{name} ({kind} account)",
+        "period": "Period", "month": "{period} (calendar month)", "status": "Status", "issued": "Issued",
+        "currency": "Currency", "draft_status": "draft", "final_status": "final",
+        "h_description": "Description", "h_plan": "Plan", "h_seconds": "GPU time (s)", "h_price": "Price / GPU-h",
+        "h_gross": "List price", "h_discount": "Discount", "h_vouchers": "Vouchers", "h_cash": "Cash",
+        "h_amount": "Amount",
+        "note": "GPU time is billed per whole second from each allocation's start. Amount = list price\n"
+        "&minus; discount = vouchers + cash. Cash was paid from the account's prepaid balance; nothing further is "
+        "due.\n"
+        "Adjustment lines are usage of an earlier, already final period posted after it closed.",
+    },
+    "zh_CN": {
+        "html_lang": "zh-CN", "invoice": "发票", "no": "编号 {number}", "draft": "草稿：尚未定稿",
+        "not_issued": "尚未开具（草稿：可能仍会变化）", "no_usage": "本期没有用量。",
+        "total": "合计（{cur}）", "billed_to": "付款方", "account": "{name}（{kind}账户）",
+        "period": "账期", "month": "{period}（自然月）", "status": "状态", "issued": "开具日期",
+        "currency": "货币", "draft_status": "草稿", "final_status": "已定稿",
+        "h_description": "说明", "h_plan": "计划", "h_seconds": "GPU 时长（秒）", "h_price": "单价 / GPU·小时",
+        "h_gross": "标价", "h_discount": "折扣", "h_vouchers": "代金券", "h_cash": "现金",
+        "h_amount": "金额",
+        "note": "GPU 时长从每次分配开始按整秒计费。金额 = 标价 &minus; 折扣 = 代金券 + 现金。\n"
+        "现金已从账户的预付余额中支付，无需另行付款。调整行是某个已定稿的较早账期在结算后才入账的用量。",
+    },
+}  # fmt: skip
+_KINDS = {"zh_CN": {"personal": "个人", "team": "团队"}}
+_HEADS = ("h_description", "h_plan", "h_seconds", "h_price", "h_gross", "h_discount", "h_vouchers", "h_cash",
+          "h_amount")  # fmt: skip
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;color:#111;margin:2.5em auto;max-width:64em}
 h1{font-size:1.6em;margin:0 0 .2em}table{border-collapse:collapse;width:100%;margin-top:1.5em}
@@ -34,14 +55,14 @@ tfoot td{font-weight:600;border-top:2px solid #111}.meta td{border:none;padding:
 """
 
 
-def render(view: InvoiceView, fmt: str) -> str:
-    """``view`` as ``fmt`` (json | csv | html)."""
+def render(view: InvoiceView, fmt: str, lang: str = "en") -> str:
+    """``view`` as ``fmt`` (json | csv | html); the HTML statement in ``lang`` (en | zh_CN)."""
     if fmt == "json":
         return json.dumps(view.as_dict(), indent=2) + "\n"
     if fmt == "csv":
         return _csv(view)
     if fmt == "html":
-        return _html(view)
+        return _html(view, _WORDS.get(lang, _WORDS["en"]), _KINDS.get(lang, {}))
     raise InvalidInput("invalid_format", f"an invoice is exported as one of {', '.join(FORMATS)}, not {fmt!r}")
 
 
@@ -59,14 +80,16 @@ def _csv(view: InvoiceView) -> str:
     return out.getvalue()
 
 
-def _html(view: InvoiceView) -> str:
+def _html(view: InvoiceView, w: dict[str, str], kinds: dict[str, str]) -> str:
     data = view.as_dict()
     cur = escape(view.currency)
-    number = f"No. {view.number}" if view.number is not None else '<span class="draft">DRAFT: not final</span>'
+    number = (
+        w["no"].format(number=view.number) if view.number is not None else f'<span class="draft">{w["draft"]}</span>'
+    )
     issued = (
         datetime.fromtimestamp(view.finalized_at_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
         if view.finalized_at_ms is not None
-        else "not issued (draft: it may still change)"
+        else w["not_issued"]
     )
     rows = []
     for line in data["lines"]:  # type: ignore[attr-defined]
@@ -76,25 +99,27 @@ def _html(view: InvoiceView) -> str:
         )
         rows.append(f"<tr>{cells}</tr>")
     if not rows:
-        rows.append(f'<tr><td colspan="{len(_COLUMNS)}">No usage in this period.</td></tr>')
-    heads = "".join(f'<th class="n">{h}</th>' if i >= 2 else f"<th>{h}</th>" for i, h in enumerate(_HEADERS))
+        rows.append(f'<tr><td colspan="{len(_COLUMNS)}">{w["no_usage"]}</td></tr>')
+    heads = "".join(f'<th class="n">{w[h]}</th>' if i >= 2 else f"<th>{w[h]}</th>" for i, h in enumerate(_HEADS))
     seconds = sum(x.seconds for x in view.lines)
     foot = (
-        f'<tr><td colspan="2">Total ({cur})</td><td class="n">{seconds}</td><td></td>'
+        f'<tr><td colspan="2">{w["total"].format(cur=cur)}</td><td class="n">{seconds}</td><td></td>'
         + "".join(f'<td class="n">{escape(str(data[k]))}</td>' for k in ("gross", "discount", "vouchers", "cash"))
         + f'<td class="n">{escape(str(data["total"]))}</td></tr>'
     )
-    title = f"Invoice {view.period} - {escape(view.account_name)}"
+    status = w.get(f"{view.status}_status", view.status)
+    kind = kinds.get(view.account_kind, view.account_kind)
+    title = f"{w['invoice']} {view.period} - {escape(view.account_name)}"
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{_CSS}</style></head>
+<html lang="{w["html_lang"]}"><head><meta charset="utf-8"><title>{title}</title><style>{_CSS}</style></head>
 <body>
-<h1>Invoice {number}</h1>
+<h1>{w["invoice"]} {number}</h1>
 <table class="meta">
-<tr><td>Billed to</td><td>{escape(view.account_name)} ({escape(view.account_kind)} account)</td></tr>
-<tr><td>Period</td><td>{escape(view.period)} (calendar month)</td></tr>
-<tr><td>Status</td><td>{escape(view.status)}</td></tr>
-<tr><td>Issued</td><td>{issued}</td></tr>
-<tr><td>Currency</td><td>{cur}</td></tr>
+<tr><td>{w["billed_to"]}</td><td>{w["account"].format(name=escape(view.account_name), kind=escape(kind))}</td></tr>
+<tr><td>{w["period"]}</td><td>{w["month"].format(period=escape(view.period))}</td></tr>
+<tr><td>{w["status"]}</td><td>{escape(status)}</td></tr>
+<tr><td>{w["issued"]}</td><td>{issued}</td></tr>
+<tr><td>{w["currency"]}</td><td>{cur}</td></tr>
 </table>
 <table>
 <thead><tr>{heads}</tr></thead>
@@ -103,8 +128,6 @@ def _html(view: InvoiceView) -> str:
 </tbody>
 <tfoot>{foot}</tfoot>
 </table>
-<p class="note">GPU time is billed per whole second from each allocation's start. Amount = list price
-&minus; discount = vouchers + cash. Cash was paid from the account's prepaid balance; nothing further is due.
-Adjustment lines are usage of an earlier, already final period posted after it closed.</p>
+<p class="note">{w["note"]}</p>
 </body></html>
 """

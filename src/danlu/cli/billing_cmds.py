@@ -10,7 +10,7 @@ import typer
 
 from danlu.cli.admin_cmds import admin_app
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, console, fail, print_json, print_table
+from danlu.cli.output import JsonOpt, cli_language, console, fail, print_json, print_table
 
 invoice_app = typer.Typer(help="Invoices: one per month, draft until the month closes.", no_args_is_help=True)
 admin_invoice_app = typer.Typer(help="Finalise invoices.", no_args_is_help=True)
@@ -58,6 +58,8 @@ def show(
     if fmt not in FORMATS:
         fail(f"--format is one of {', '.join(FORMATS)}, not {fmt!r}", "invalid_format")
     params = {"format": fmt, **({"team": team} if team else {})}
+    if fmt == "html":
+        params["lang"] = cli_language()  # the statement in the CLI's language (DANLU_LANG / LANG)
     client = Client()
     if fmt == "json":
         body = json.dumps(client.get(f"/invoices/{period}", params=params), indent=2) + "\n"

@@ -17,6 +17,7 @@ from danlu.api.schemas.invoices import (
     FinalizeIn,
     FinalizeOut,
     InvoiceFormatQuery,
+    InvoiceLangQuery,
     InvoiceOut,
     InvoiceTeamQuery,
     PeriodPath,
@@ -51,6 +52,7 @@ def show_invoice(
     period: PeriodPath,
     team: InvoiceTeamQuery = None,
     format: InvoiceFormatQuery = "json",
+    lang: InvoiceLangQuery = "en",
 ) -> Any:
     view = svc.invoice_of(p, user, period, team)
     if format == "csv":
@@ -61,7 +63,7 @@ def show_invoice(
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
     if format == "html":
-        return HTMLResponse(render(view, "html"))
+        return HTMLResponse(render(view, "html", lang))
     return InvoiceOut.model_validate(view.as_dict())
 
 

@@ -26,6 +26,9 @@ InvoiceTeamQuery = Annotated[
 InvoiceFormatQuery = Annotated[
     str, Query(pattern="^(json|csv|html)$", description="json, csv or html (self-contained)")
 ]
+InvoiceLangQuery = Annotated[
+    str, Query(pattern="^(en|zh_CN)$", description="the html statement's language: en or zh_CN (json and csv: en)")
+]
 
 
 class InvoiceLineOut(BaseModel):
