@@ -67,3 +67,19 @@ def test_every_event_kind_is_a_word_the_console_translates() -> None:
     assert list(KINDS) == EVENT_KINDS
     zh = translations("zh_CN")
     assert all(re.search(r"[\u4e00-\u9fff]", zh.gettext(k)) for k in KINDS)
+
+
+def test_the_usage_chart_speaks_the_pages_language() -> None:
+    from danlu.i18n.catalogs import translations
+    from danlu.telemetry.chart import render_svg
+
+    metrics = {
+        "instance_id": "i-1", "since": "2026-01-05T00:00:00+00:00", "until": "2026-01-05T01:00:00+00:00",
+        "gpus": [{"gpu_index": 0, "simulated": True, "points": [{"at": "2026-01-05T00:10:00+00:00", "util_pct": 40}]}],
+        "run": {"points": [{"at": "2026-01-05T00:10:00+00:00", "util_pct": 20}]},
+    }  # fmt: skip
+    en = render_svg(metrics)
+    assert "utilisation %" in en and "CPU of its cores" in en and "(simulated)" in en and "time (local)" in en
+    zh = render_svg(metrics, tr=translations("zh_CN").gettext)
+    assert "利用率 %" in zh and "其 CPU 核心" in zh and "GPU 0 (模拟)" in zh and "时间 (本地)" in zh
+    assert "utilisation" not in zh and "CPU of its cores" not in zh

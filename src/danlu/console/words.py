@@ -26,6 +26,11 @@ EVENT_KINDS = [
     N_("schedule_stop"), N_("schedule_start"), N_("schedule_failed"), N_("preemption_notice"), N_("low_balance"),
     N_("voucher_expiring"), N_("efficiency_hint"),
 ]  # fmt: skip
+# The usage chart's words (telemetry/chart.py render_svg, given the page's gettext).
+CHART = [
+    N_("utilisation %"), N_("simulated"), N_("CPU of its cores"), N_("time"), N_("local"),
+    N_("no samples in this period (an instance is sampled while it runs)"),
+]  # fmt: skip
 # The services' messages most often met in the console (the rest are shown in English).
 MESSAGES = [
     N_("the user name or the password is wrong; try again or ask your operator"),

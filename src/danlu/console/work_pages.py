@@ -199,7 +199,7 @@ def chart(ctx: Page, instance_id: str, since: str = "1h") -> Response:
         raise InvalidInput("invalid_since", "since is a duration back from now such as 15m, 6h or 7d, or epoch ms")
     m = telemetry_api.instance_metrics(_instance_id(instance_id), ctx.platform, ctx.me, since=since)
     if any(pt.util_pct is not None for series in [*m.gpus, m.run] for pt in series.points):
-        svg = render_svg(m.model_dump(mode="json"), tz=ctx.fmt.tz)
+        svg = render_svg(m.model_dump(mode="json"), tz=ctx.fmt.tz, tr=ctx._)
     else:
         svg = _empty_chart(m.instance_id, ctx._("No samples yet: an instance is sampled while it runs."))
     return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)

@@ -5,6 +5,7 @@ time (or ``tz``: the console passes the deployment's zone). Pure: it takes the J
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, tzinfo
 from html import escape
 from typing import Any
@@ -30,17 +31,20 @@ def _line(points: list[tuple[int, float]], x0: int, x1: int, colour: str, dash: 
     return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6"{extra} points="{coords}"/>'
 
 
-def render_svg(metrics: dict[str, Any], title: str = "", tz: tzinfo | None = None) -> str:
-    """The chart of one instance's metrics (the API's JSON); an empty chart says there is no data."""
+def render_svg(
+    metrics: dict[str, Any], title: str = "", tz: tzinfo | None = None, tr: Callable[[str], str] = str
+) -> str:
+    """The chart of one instance's metrics (the API's JSON); an empty chart says there is no data. ``tr``
+    translates its words (the console passes the page's gettext; console/words.py lists them)."""
     x0, x1 = _ms(metrics["since"]), _ms(metrics["until"])
     series: list[tuple[str, str, list[tuple[int, float]], str]] = []
     for i, g in enumerate(metrics.get("gpus", [])):
         pts = [(_ms(p["at"]), float(p["util_pct"])) for p in g["points"] if p.get("util_pct") is not None]
-        label = f"GPU {g['gpu_index']}" + (" (simulated)" if g.get("simulated") else "")
+        label = f"GPU {g['gpu_index']}" + (f" ({tr('simulated')})" if g.get("simulated") else "")
         series.append((label, COLOURS[i % len(COLOURS)], pts, ""))
     run = metrics.get("run") or {}
     cpu = [(_ms(p["at"]), float(p["util_pct"])) for p in run.get("points", []) if p.get("util_pct") is not None]
-    series.append(("CPU of its cores", CPU_COLOUR, cpu, "4 3"))
+    series.append((tr("CPU of its cores"), CPU_COLOUR, cpu, "4 3"))
     if any(pts for _, _, pts, _ in series):
         x0 = min(x0, *(pts[0][0] for _, _, pts, _ in series if pts))
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
@@ -48,7 +52,8 @@ def render_svg(metrics: dict[str, Any], title: str = "", tz: tzinfo | None = Non
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
         'font-family="sans-serif" font-size="12">',
         f'<rect width="{W}" height="{H}" fill="white"/>',
-        f'<text x="{LEFT}" y="22" font-size="15">{escape(title or metrics["instance_id"])}: utilisation %</text>',
+        f'<text x="{LEFT}" y="22" font-size="15">{escape(title or metrics["instance_id"])}: '
+        f"{escape(tr('utilisation %'))}</text>",
     ]
     for pct in (0, 25, 50, 75, 100):
         y = TOP + plot_h - pct * plot_h / 100
@@ -59,8 +64,10 @@ def render_svg(metrics: dict[str, Any], title: str = "", tz: tzinfo | None = Non
         x = LEFT + plot_w * k / 4
         stamp = datetime.fromtimestamp(t / 1000).astimezone(tz).strftime("%m-%d %H:%M")
         out.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{stamp}</text>')
-    zone = "local" if tz is None else str(tz)
-    out.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{H - 10}" text-anchor="middle">time ({zone})</text>')
+    zone = tr("local") if tz is None else str(tz)
+    out.append(
+        f'<text x="{LEFT + plot_w / 2:.1f}" y="{H - 10}" text-anchor="middle">{escape(tr("time"))} ({zone})</text>'
+    )
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
     drawn = 0
     for n, (label, colour, pts, dash) in enumerate(series):
@@ -77,7 +84,8 @@ def render_svg(metrics: dict[str, Any], title: str = "", tz: tzinfo | None = Non
     if not drawn:
         out.append(
             f'<text x="{LEFT + plot_w / 2:.1f}" y="{TOP + plot_h / 2:.1f}" text-anchor="middle" fill="#666">'
-            "no samples in this period (an instance is sampled while it runs)</text>"
+            + escape(tr("no samples in this period (an instance is sampled while it runs)"))
+            + "</text>"
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
