@@ -16,23 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 sys.path.insert(0, str(Path(__file__).parent))
-from session_latency import build
+from session_latency import build, served
 
 from danlu.db.models import Instance
-from danlu.server.app import create_app
 
 DANLU = [sys.executable, "-m", "danlu.cli.main"]
 
@@ -54,12 +49,6 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="danlu-bench-copy-"))
     os.chmod(root, 0o711)
     p, token = build(root)
-    server = uvicorn.Server(uvicorn.Config(create_app(p), host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
     with p.db.read() as s:
         inst = s.query(Instance).one()
         iid, workspace = inst.id, Path(str(inst.workspace))
@@ -68,43 +57,32 @@ def main() -> int:
     with open(src / "weights.bin", "wb") as f:
         for _ in range(args.mib):
             f.write(os.urandom(1 << 20))
-    env = {"DANLU_URL": f"http://127.0.0.1:{port}", "DANLU_TOKEN": token, "PATH": os.environ["PATH"], "HOME": "/tmp"}
     out = root / "out"
     (workspace / "ref").mkdir()  # the reference's own folder there (it writes as root)
-    variants = {
-        "reference: tar | tar into the workspace folder": lambda: timed(
-            [
-                f"tar -C {root} -cf - src | tar -C {workspace}/ref -xf - "
-                f"&& sha256sum {workspace}/ref/src/weights.bin >/dev/null"
-            ],
-            shell=True,
-        ),
-        "danlu cp up (CLI, sandbox, SHA-256 both ends)": lambda: timed([*DANLU, "cp", str(src), f"{iid}:."], env),
-        "reference: tar | tar out of the workspace folder": lambda: timed(
-            [
-                f"rm -rf {out} && mkdir {out} && tar -C {workspace}/ref -cf - src | tar -C {out} -xf - "
-                f"&& sha256sum {out}/src/weights.bin >/dev/null"
-            ],
-            shell=True,
-        ),
-        "danlu cp down (CLI, sandbox, SHA-256 both ends)": lambda: timed(
-            ["sh", "-c", f'rm -rf {out} && exec "$@"', "x", *DANLU, "cp", f"{iid}:src", str(out)], env
-        ),
-    }
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    try:
+    samples: dict[str, list[float]] = {}
+    with served(p, root) as port:
+        env = {"DANLU_URL": f"http://127.0.0.1:{port}", "DANLU_TOKEN": token, "PATH": os.environ["PATH"]}
+        env["HOME"] = "/tmp"
+        variants = {
+            "reference: tar | tar into the workspace folder": lambda: timed(
+                [f"tar -C {root} -cf - src | tar -C {workspace}/ref -xf - "
+                 f"&& sha256sum {workspace}/ref/src/weights.bin >/dev/null"],
+                shell=True,
+            ),
+            "danlu cp up (CLI, sandbox, SHA-256 both ends)": lambda: timed([*DANLU, "cp", str(src), f"{iid}:."], env),
+            "reference: tar | tar out of the workspace folder": lambda: timed(
+                [f"rm -rf {out} && mkdir {out} && tar -C {workspace}/ref -cf - src | tar -C {out} -xf - "
+                 f"&& sha256sum {out}/src/weights.bin >/dev/null"],
+                shell=True,
+            ),
+            "danlu cp down (CLI, sandbox, SHA-256 both ends)": lambda: timed(
+                ["sh", "-c", f'rm -rf {out} && exec "$@"', "x", *DANLU, "cp", f"{iid}:src", str(out)], env
+            ),
+        }  # fmt: skip
+        samples = {k: [] for k in variants}
         for _ in range(args.rounds):
             for name, fn in variants.items():
                 samples[name].append(fn())
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        with p.db.read() as s:
-            handles = [i.run_handle for i in s.query(Instance).all() if i.run_handle]
-        for h in handles:
-            p.backend.kill(h)
-        p.db.engine.dispose()
-        shutil.rmtree(root, ignore_errors=True)
     rows: list[dict[str, Any]] = []
     names = list(samples)
     for i, name in enumerate(names):

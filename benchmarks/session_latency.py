@@ -16,6 +16,7 @@ Target (issue 25): p50 ≤ 150 ms on a warm server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
+from danlu.db.models import Instance
 from danlu.server.app import create_app
 from danlu.server.bootstrap import bootstrap
 
@@ -70,6 +73,29 @@ def build(root: Path) -> tuple[Platform, str]:
     view = svc.rent(p, user, "T4", 1, ["sleep", "3000"])
     del view
     return p, token
+
+
+@contextlib.contextmanager
+def served(p: Platform, root: Path, app: Any = None, **config: Any) -> Iterator[int]:
+    """``p`` (or ``app``, built from it) served by uvicorn on a free port, which it yields; at the end the
+    server stops, every run of ``p`` is killed and ``root`` is removed. The benchmarks that talk to a real
+    server share it."""
+    server = uvicorn.Server(uvicorn.Config(app or create_app(p), host="127.0.0.1", port=0, log_level="error", **config))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        with p.db.read() as s:
+            handles = [i.run_handle for i in s.query(Instance).all() if i.run_handle]
+        for h in handles:
+            p.backend.kill(h)
+        p.db.engine.dispose()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def ours(url: str, token: str) -> float:
@@ -111,37 +137,24 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="danlu-bench-session-"))
     os.chmod(root, 0o711)
     p, token = build(root)
-    server = uvicorn.Server(uvicorn.Config(create_app(p), host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
     with p.db.read() as s:
-        from danlu.db.models import Instance
-
         inst = s.query(Instance).one()
         iid, handle = inst.id, str(inst.run_handle)
-    url = f"ws://127.0.0.1:{port}/api/v1/instances/{iid}/exec?command=true"
-    variants = {"bwrap true, run directly (reference)": direct, "backend enter (no HTTP)": lambda: entered(p, handle),
-                "danlu exec over WebSocket": lambda: ours(url, token)}  # fmt: skip
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    try:
+    samples: dict[str, list[float]] = {}
+    with served(p, root) as port:
+        url = f"ws://127.0.0.1:{port}/api/v1/instances/{iid}/exec?command=true"
+        variants = {
+            "bwrap true, run directly (reference)": direct,
+            "backend enter (no HTTP)": lambda: entered(p, handle),
+            "danlu exec over WebSocket": lambda: ours(url, token),
+        }
+        samples = {k: [] for k in variants}
         for _ in range(3):
             for fn in variants.values():
                 fn()
         for _ in range(args.rounds):
             for name, fn in variants.items():
                 samples[name].append(fn())
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        with p.db.read() as s:
-            handles = [i.run_handle for i in s.query(Instance).all() if i.run_handle]
-        for h in handles:
-            p.backend.kill(h)
-        p.db.engine.dispose()
-        shutil.rmtree(root, ignore_errors=True)
     ref = statistics.median(samples["bwrap true, run directly (reference)"])
     rows: list[dict[str, Any]] = []
     for name, xs in samples.items():

@@ -16,17 +16,14 @@ import asyncio
 import json
 import os
 import pty
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 import uvloop
 from websockets.asyncio.client import connect
 
@@ -34,7 +31,7 @@ from danlu.access import protocol
 from danlu.server.app import create_app
 
 sys.path.insert(0, str(Path(__file__).parent))
-from session_latency import build
+from session_latency import build, served
 
 TARGET_MS = 50.0
 SHELL = ["/bin/bash", "--norc", "--noprofile", "-i"]
@@ -148,27 +145,11 @@ def main() -> int:
         iid = s.query(Instance).one().id
     app = create_app(p)
     app.state.sessions.max_per_instance = args.shells  # one rental, every shell in it
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error",
-                                           loop="uvloop", http="httptools"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    q = "&".join(f"command={c}" for c in SHELL)
-    url = f"ws://127.0.0.1:{port}/api/v1/instances/{iid}/exec?tty=true&{q}"
-    try:
+    with served(p, root, app=app, loop="uvloop", http="httptools") as port:
+        q = "&".join(f"command={c}" for c in SHELL)
+        url = f"ws://127.0.0.1:{port}/api/v1/instances/{iid}/exec?tty=true&{q}"
         ref = summary(clients("bare", args.shells, args.keys))
         ours = summary(clients("danlu", args.shells, args.keys, url, token))
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        with p.db.read() as s:
-            handles = [i.run_handle for i in s.query(Instance).all() if i.run_handle]
-        for h in handles:
-            p.backend.kill(h)
-        p.db.engine.dispose()
-        shutil.rmtree(root, ignore_errors=True)
     rows = [{"path": "bare pty on the host (reference)", **ref}, {"path": "danlu shell (WebSocket, sandbox)", **ours}]
     for r in rows:
         r["ratio_p99"] = r["p99_ms"] / ref["p99_ms"]
