@@ -243,19 +243,7 @@ def _clean_up(srv: LiveServer) -> None:
     wait_for(lambda: list_sandboxes(p) == [], timeout=30)
 
 
-# One class per database: `make test` distributes tests by module or class (--dist loadscope), so the two
-# drills (~2 min each) run on two workers side by side, not one after the other on one.
 @pytest.mark.slow(seconds=190)
 @pytest.mark.timeout(max(600, EXAMPLES * 10))
-class TestFuzzSqlite:
-    @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-    def test_schemathesis_finds_nothing(self, db_url: str, tmp_path: Path) -> None:
-        drill(db_url, tmp_path, EXAMPLES)
-
-
-@pytest.mark.slow(seconds=190)
-@pytest.mark.timeout(max(600, EXAMPLES * 10))
-class TestFuzzPostgresql:
-    @pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
-    def test_schemathesis_finds_nothing(self, db_url: str, tmp_path: Path) -> None:
-        drill(db_url, tmp_path, EXAMPLES)
+def test_schemathesis_finds_nothing(db_url: str, tmp_path: Path) -> None:
+    drill(db_url, tmp_path, EXAMPLES)

@@ -35,21 +35,21 @@ pytestmark = [pytest.mark.timeout(DRILL_LIMIT_S + 120), pytest.mark.slow(seconds
 SEED = int(os.environ.get("DANLU_DRILL_SEED", "8"))
 
 
-# The drill is a class-scoped fixture, one class per database: `make test` distributes tests by
-# module or class (pytest-xdist's --dist loadscope), so each drill runs once, on its own worker, and
-# the SQLite and PostgreSQL drills (~1.5 min each alone) run side by side, not one after the other.
-@pytest.fixture(scope="class")
+# The drill is a module-scoped fixture: `make test` distributes tests by module (pytest-xdist's
+# --dist loadscope), so one worker runs it once per database, not once per worker that got a check.
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def drill_db(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh database per drill, as the ``db_url`` fixture gives one per test (class scope: all
-    checks of a class read one drill)."""
-    if request.cls.DB == "sqlite":
+    """A fresh database per drill, as the ``db_url`` fixture gives one per test (module scope: all
+    checks read one drill)."""
+    kind = request.param
+    if kind == "sqlite":
         yield ""  # the drill puts SQLite in its own data directory
         return
     with fresh_pg_schema() as url:
         yield url
 
 
-@pytest.fixture(scope="class")
+@pytest.fixture(scope="module")
 def report(drill_db: str) -> dict[str, Any]:
     require_sandbox()
     cmd = [sys.executable, str(REPO / "tools" / "kill_drill.py"), "--kills", str(KILLS), "--seed", str(SEED), "--json"]
@@ -80,52 +80,46 @@ def _shown(report: dict[str, Any], check: str) -> str:
     )
 
 
-class DrillChecks:
-    """The drill's checks; each class below runs them on one drill of its own database."""
-
-    DB = ""
-
-    def test_the_drill_really_killed_the_server_mid_work(self, report: dict[str, Any]) -> None:
-        assert len(report["kill_log"]) == KILLS
-        in_flight = report["in_flight_at_kill"]
-        assert {"rent", "start", "stop"} <= set(in_flight), in_flight  # kills landed mid-launch, mid-start, mid-stop
-        assert report["stats"]["runs_whose_command_ran"] >= 10, report["stats"]
-        assert report["stats"]["ground_truth_seconds"] > 0 and report["stats"]["allocations"] >= 10
-        assert report["sampler"]["passes"] > 100, report["sampler"]  # the ground truth was really watched
-
-    def test_no_server_error_during_the_drill(self, report: dict[str, Any]) -> None:
-        assert not report["server_errors"], report["server_errors"][:10]
-
-    def test_billing_equals_the_allocations_intervals(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["billing"] == 0, _shown(report, "billing")
-        assert report["stats"]["billed_seconds"] == report["stats"]["ground_truth_seconds"]
-
-    def test_no_two_allocations_of_an_instance_overlap(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["overlap"] == 0, _shown(report, "overlap")
-
-    def test_no_allocation_outlives_its_process_and_no_unrun_command_is_billed(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["process_end"] == 0, _shown(report, "process_end")
-
-    def test_nothing_is_stuck_after_settle(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["stuck"] == 0, _shown(report, "stuck")
-
-    def test_no_process_runs_untracked(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["untracked"] == 0, _shown(report, "untracked")
-
-    def test_no_gpu_is_held_without_a_live_owner(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["gpus"] == 0, _shown(report, "gpus")
-
-    def test_the_ledger_balances(self, report: dict[str, Any]) -> None:
-        assert report["counts"]["ledger"] == 0, _shown(report, "ledger")
+def test_the_drill_really_killed_the_server_mid_work(report: dict[str, Any]) -> None:
+    assert len(report["kill_log"]) == KILLS
+    in_flight = report["in_flight_at_kill"]
+    assert {"rent", "start", "stop"} <= set(in_flight), in_flight  # kills landed mid-launch, mid-start, mid-stop
+    assert report["stats"]["runs_whose_command_ran"] >= 10, report["stats"]
+    assert report["stats"]["ground_truth_seconds"] > 0 and report["stats"]["allocations"] >= 10
+    assert report["sampler"]["passes"] > 100, report["sampler"]  # the ground truth was really watched
 
 
-class TestDrillSqlite(DrillChecks):
-    DB = "sqlite"
+def test_no_server_error_during_the_drill(report: dict[str, Any]) -> None:
+    assert not report["server_errors"], report["server_errors"][:10]
 
 
-class TestDrillPostgresql(DrillChecks):
-    DB = "postgresql"
-    pytestmark = [pytest.mark.postgres]
+def test_billing_equals_the_allocations_intervals(report: dict[str, Any]) -> None:
+    assert report["counts"]["billing"] == 0, _shown(report, "billing")
+    assert report["stats"]["billed_seconds"] == report["stats"]["ground_truth_seconds"]
+
+
+def test_no_two_allocations_of_an_instance_overlap(report: dict[str, Any]) -> None:
+    assert report["counts"]["overlap"] == 0, _shown(report, "overlap")
+
+
+def test_no_allocation_outlives_its_process_and_no_unrun_command_is_billed(report: dict[str, Any]) -> None:
+    assert report["counts"]["process_end"] == 0, _shown(report, "process_end")
+
+
+def test_nothing_is_stuck_after_settle(report: dict[str, Any]) -> None:
+    assert report["counts"]["stuck"] == 0, _shown(report, "stuck")
+
+
+def test_no_process_runs_untracked(report: dict[str, Any]) -> None:
+    assert report["counts"]["untracked"] == 0, _shown(report, "untracked")
+
+
+def test_no_gpu_is_held_without_a_live_owner(report: dict[str, Any]) -> None:
+    assert report["counts"]["gpus"] == 0, _shown(report, "gpus")
+
+
+def test_the_ledger_balances(report: dict[str, Any]) -> None:
+    assert report["counts"]["ledger"] == 0, _shown(report, "ledger")
 
 
 def _load_drill() -> Any:
