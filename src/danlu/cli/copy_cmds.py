@@ -29,7 +29,7 @@ from danlu.cli.output import console, err_console, fail, print_json
 from danlu.cli.session_cmds import _connect, _frames, _status
 
 REMOTE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(.*)$")
-CHUNK = 1 << 20  # one STDIN frame at most (protocol.MAX_FRAME_BYTES)
+CHUNK = protocol.MAX_FRAME_BYTES  # one STDIN frame at most
 MiB = 1 << 20
 
 
@@ -272,7 +272,7 @@ def download(client: Client, iid: str, remote: str, local: Path, show: bool) -> 
                     got[original] = dest / m.name
                     advance(m.size)
     except tarfile.ReadError as exc:
-        code, _ = session.finish()
+        session.finish()
         fail(f"could not read {remote} in the instance ({exc}): {session.err.decode(errors='replace').strip()[-300:]}",
              "copy_failed")  # fmt: skip
     finally:
@@ -284,12 +284,9 @@ def download(client: Client, iid: str, remote: str, local: Path, show: bool) -> 
     there = _remote_hashes(client, iid, parent, name)
     bad = []
     for arc, path in got.items():
-        h = hashlib.sha256()
         with open(path, "rb") as f:
-            while chunk := f.read(CHUNK):
-                h.update(chunk)
-        if there.get(arc) != h.hexdigest():
-            bad.append(arc)
+            if there.get(arc) != hashlib.file_digest(f, "sha256").hexdigest():
+                bad.append(arc)
     if bad:
         fail(f"{len(bad)} file(s) differ after the copy (SHA-256), e.g. {sorted(bad)[0]}; copy again", "copy_corrupted")
     for s in skipped:
