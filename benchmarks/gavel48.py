@@ -1,4 +1,5 @@
-"""gavel48 beside Gavel's own simulator: fifo over 10 seeds with its spread, danlu and danlu-cost.
+"""gavel48 beside Gavel's own simulator: fifo over 10 seeds with its spread, danlu and danlu-cost
+(gangs may span hosts of one type, at the table's measured spread speeds: the simulator's default).
 
 fifo is the peer-style baseline every saving is measured against (issue 11, item 8), so it is
 reported over seeds 0-9 (its random GPU-type pick, Gavel's ``rng.choice``), as mean [min-max],

@@ -223,7 +223,7 @@ def _in_process(policy: str) -> dict[str, object]:
     """The demo replayed for one policy through the simulator's Python API, with the CLI's defaults."""
     sc = load_scenario(demo_dir() / DEMO_SCENARIO)
     setup = SimSetup(sc.hosts, sc.prices, sc.start_ms, sc.throughputs, sc.models[-1])
-    requests = to_requests(setup, read_trace(sc.trace_paths[0]), interruptible=False, estimate_missing=False)
+    requests = to_requests(setup, read_trace(sc.trace_paths[0]), interruptible=False, missing="refuse")
     engine = simulate(setup, requests, policy, notice_ms=60_000, round_ms=None, restart_overhead_ms=30_000, seed=0)
     return summarize(engine, setup, policy)
 

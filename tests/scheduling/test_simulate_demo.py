@@ -106,3 +106,31 @@ def test_status_line_redraws_at_most_every_interval_but_always_the_last() -> Non
         "\r\x1b[Ksimulating fifo (1/2): 10/10 jobs done, 2.0 h simulated"
         "\r\x1b[K"
     )
+
+
+def test_a_trace_with_unmeasured_and_dynamic_batch_jobs_runs_and_says_so(tmp_path: Path) -> None:
+    """Issue 30: the default replays a trace whose jobs lack a measured throughput (estimated, or
+    skipped when nothing can be scaled) and reads Shockwave's 12 columns; each is counted in a note."""
+    demo = demo_dir()
+    scenario = json.loads((demo / DEMO_SCENARIO).read_text(encoding="utf-8"))
+    scenario["throughputs"] = str(demo / scenario["throughputs"])
+    scenario["traces"] = []
+    (tmp_path / "s.json").write_text(json.dumps(scenario), encoding="utf-8")
+    lines = [
+        "LM (batch size 40)\tc\tw\t--s\t1\t20000\t1\tstatic\t1\t-1\t600\t0",
+        "LM (batch size 40)\tc\tw\t--s\t1\t20000\t3\tgns\t1\t-1\t10",  # 11 columns; no row for 3 GPUs
+        "NoSuchNet (batch size 1)\tc\tw\t--s\t1\t20000\t1\tstatic\t1\t-1\t0\t20",  # nothing to scale
+    ]
+    (tmp_path / "t.trace").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ("simulate", "--scenario", "s.json", "--trace", "t.trace", "--policies", "danlu")
+    proc = run(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: 1 job(s) had no measured throughput for their GPU count" in proc.stdout
+    assert "note: 1 job(s) had no measured throughput (none to scale, or --missing skip) and were not replayed: j2" in (
+        proc.stdout
+    )
+    assert "note: 1 job(s) change their batch size as they train" in proc.stdout
+    [row] = json.loads(run(*args, "--missing", "skip", "--json", cwd=tmp_path).stdout)
+    assert (row["jobs"], row["jobs_completed"], row["jobs_skipped"], row["skipped"]) == (3, 1, 2, ["j1", "j2"])
+    refused = run(*args, "--missing", "refuse", cwd=tmp_path)
+    assert refused.returncode != 0 and "missing_throughput" in refused.stderr and "j1" in refused.stderr

@@ -104,18 +104,20 @@ def test_placeable_counts_a_type_s_hosts_together_only_for_a_spreadable_gang() -
     assert not placeable(hosts, replace(WIDE, gpus=9))
 
 
-def test_policies_that_never_spread_are_not_told_a_wide_gang_fits() -> None:
-    """fifo, backfill and las place a gang on one host: with --spread a gang wider than every host
-    must be reported unplaceable for them, not queued forever (fifo would block behind it)."""
+def test_only_las_never_spreads_so_only_las_is_told_a_wide_gang_cannot_fit() -> None:
+    """las places a gang on one host: a gang wider than every host is reported unplaceable there,
+    not queued forever. fifo and backfill pool a type's hosts as Gavel's FIFO does (issue 30)."""
     from danlu.scheduling.simulator import SimSetup, simulate, summarize
     from danlu.scheduling.speed import ThroughputTable
 
     setup = SimSetup(HOSTS[:2], PRICES, 0, ThroughputTable(), "V100")
     wide = replace(WIDE, durations_ms={"V100": H})
     small = JobRequest("small", "u", 1, 1, {"V100": H}, seq=2)
-    for name, done, unplaceable in (("fifo", 1, 1), ("backfill", 1, 1), ("danlu", 2, 0)):
+    for name in ("fifo", "backfill", "danlu"):
         engine = simulate(setup, [wide, small], name)
         s = summarize(engine, setup, name)
-        assert (s["jobs_completed"], s["jobs_unplaceable"]) == (done, unplaceable), name
+        assert (s["jobs_completed"], s["jobs_unplaceable"]) == (2, 0), name
+        assert engine.jobs["wide"].end_ms is not None and engine.jobs["wide"].first_start_ms is not None
+        assert engine.jobs["wide"].end_ms - engine.jobs["wide"].first_start_ms == round(1.25 * H), name
     las = simulate(setup, [wide, small], "las")
     assert summarize(las, setup, "las")["unplaceable"] == ["wide"]

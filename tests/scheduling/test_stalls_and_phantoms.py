@@ -4,7 +4,7 @@
   is not queued behind which fifo would block forever: it is reported as unplaceable, and every
   summary says how many jobs did not finish.
 * A trace job whose (job type, GPU count) has no measured throughput and no duration is an error
-  naming it, not a job that lasts 1 ms on every GPU; ``estimate_missing`` makes an explicit, flagged
+  naming it, not a job that lasts 1 ms on every GPU; ``missing="estimate"`` (the default) makes an explicit, flagged
   estimate from the same job type at another GPU count instead."""
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ def test_a_gang_wider_than_any_host_is_reported_and_does_not_block_fifo() -> Non
 def test_a_job_without_throughput_or_duration_is_an_error_not_a_1_ms_phantom() -> None:
     trace = [TraceJob("j0", 0, 1, "resnet", steps=36_000), TraceJob("j1", 0, 2, "resnet", steps=36_000)]
     with pytest.raises(InvalidInput) as err:
-        to_requests(SETUP, trace)
+        to_requests(SETUP, trace, missing="refuse")
     assert err.value.code == "missing_throughput"
     assert "j1" in err.value.message and "(resnet, 2 GPUs)" in err.value.message
-    j0, j1 = to_requests(SETUP, trace, estimate_missing=True)
+    j0, j1 = to_requests(SETUP, trace)  # the default: estimated, flagged
     assert j0.durations_ms == {"V100": 3_600_000, "K80": 18_000_000} and not j0.estimated
     # From 1 GPU, scaled linearly to 2 (optimistic, and flagged): 36,000 steps at 20/s and 4/s.
     assert j1.durations_ms == {"V100": 1_800_000, "K80": 9_000_000} and j1.estimated

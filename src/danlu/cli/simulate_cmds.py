@@ -14,6 +14,7 @@ from danlu.core.errors import DanluError
 from danlu.scheduling import simulator
 from danlu.scheduling.replay import COLUMNS, DEMO_SCENARIO, demo_dir, reference_rows, run_simulation
 from danlu.scheduling.scenario import load_scenario
+from danlu.scheduling.simulator import MISSING_CHOICES
 
 
 class StatusLine:
@@ -69,15 +70,17 @@ def register(app: typer.Typer) -> None:
             30, "--restart-overhead-s", help="Work lost on each resume from a checkpoint (migration, preemption)."
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the random GPU-type pick of fifo/backfill."),
-        estimate_missing: bool = typer.Option(
-            False,
-            "--estimate-missing",
-            help="A job with no measured throughput for its GPU count: scale the nearest count (flagged).",
+        missing: str = typer.Option(
+            "estimate",
+            "--missing",
+            help="A trace job with no measured throughput for its GPU count: estimate (scale the nearest "
+            "measured count, flagged), skip (counted) or refuse.",
         ),
         spread: bool = typer.Option(
-            False,
-            "--spread",
-            help="Multi-GPU jobs may span hosts of one GPU type when no single host has room (1.25x slower).",
+            True,
+            "--spread/--one-host",
+            help="Multi-GPU gangs may span hosts of one GPU type (at the table's measured spread throughput, "
+            "else the scenario's spread_slowdown); --one-host keeps every gang on one host.",
         ),
         as_json: bool = JsonOpt,
     ) -> None:
@@ -87,6 +90,8 @@ def register(app: typer.Typer) -> None:
             fail("--demo runs the built-in scenario and trace: give it no --scenario or --trace", "bad_input")
         if scenario is None and trace is not None:
             fail("--trace needs --scenario (the cluster, prices and throughputs to replay it on)", "bad_input")
+        if missing not in MISSING_CHOICES:
+            fail(f"--missing takes one of {', '.join(MISSING_CHOICES)}, not {missing!r}", "bad_input")
         status: StatusLine | None = None
         try:
             loaded = load_scenario(demo_dir() / DEMO_SCENARIO if use_demo or scenario is None else scenario)
@@ -114,7 +119,7 @@ def register(app: typer.Typer) -> None:
                 round_s=round_s,
                 restart_overhead_s=restart_overhead_s,
                 seed=seed,
-                estimate_missing=estimate_missing,
+                missing=missing,
                 spread=spread,
                 status=status,
             )
@@ -143,5 +148,16 @@ def register(app: typer.Typer) -> None:
         if rows and rows[0]["jobs_estimated"]:
             console.print(
                 f"note: {rows[0]['jobs_estimated']} job(s) had no measured throughput for their GPU count; their "
-                "durations scale the nearest measured count linearly (--estimate-missing), an optimistic estimate"
+                "durations scale the nearest measured count linearly (--missing estimate), an optimistic estimate"
+            )
+        if rows and rows[0]["jobs_skipped"]:
+            ids = ", ".join(rows[0]["skipped"][:10])
+            console.print(
+                f"note: {rows[0]['jobs_skipped']} job(s) had no measured throughput (none to scale, or --missing "
+                f"skip) and were not replayed: {ids}"
+            )
+        if rows and rows[0]["jobs_dynamic_batch"]:
+            console.print(
+                f"note: {rows[0]['jobs_dynamic_batch']} job(s) change their batch size as they train (accordion, "
+                "gns); they are replayed at their initial batch size"
             )

@@ -237,22 +237,34 @@ def _choose(
 ) -> Option | None:
     """The job's (start, finish, model, host): now or at a reserved start. ``spreads``: a job that
     allows it may start now spread over hosts of a model on which no single host has room (host
-    :data:`SPREAD`, its parts stored in ``spreads[model]``), at ``view.spread_slowdown`` x the time."""
+    :data:`SPREAD`, its parts stored in ``spreads[model]``), at its measured spread run time there
+    (:meth:`JobRequest.spread_ms`; else ``view.spread_slowdown`` x the time)."""
     now = view.now_ms
+    spread_into = spreads if job.spread_ok and job.gpus > 1 else None
     if policy.choice == "any":
-        free_now = [m for m in models if timeline.startable_now(m, job.gpus, job.durations_ms[m])]
-        if free_now:
-            model = free_now[any_type_index(job.id, len(free_now), policy.seed)]
-            host = timeline.startable_now(model, job.gpus, job.durations_ms[model])
-            assert host is not None
-            return (now, now + job.durations_ms[model], model, host)
+        # A uniformly random type among those with room now, as Gavel's FIFO pools a type's GPUs
+        # across servers: on one host where one has room, else spread (when the job may).
+        room: list[tuple[str, str | None, Parts | None]] = []
+        for m in models:
+            host = timeline.startable_now(m, job.gpus, job.durations_ms[m])
+            parts = None
+            if host is None and spread_into is not None:
+                parts = timeline.spread_now(m, job.gpus, job.spread_ms(m, view.spread_slowdown))
+            if host is not None or parts is not None:
+                room.append((m, host, parts))
+        if room:
+            model, host, parts = room[any_type_index(job.id, len(room), policy.seed)]
+            if host is not None:
+                return (now, now + job.durations_ms[model], model, host)
+            assert spread_into is not None and parts is not None
+            spread_into[model] = parts
+            return (now, now + job.spread_ms(model, view.spread_slowdown), model, SPREAD)
         if not can_reserve:
             return None
         later = [_earliest(timeline, job, m) for m in models]
         options = [o for o in later if o is not None]
         return min(options, key=lambda o: (o[0], o[1])) if options else None
     options = []
-    spread_into = spreads if job.spread_ok and job.gpus > 1 else None
     for model in models:
         duration = job.durations_ms[model]
         host = timeline.startable_now(model, job.gpus, duration)
@@ -260,7 +272,7 @@ def _choose(
             options.append((now, now + duration, model, host))
             continue
         if spread_into is not None:
-            slower = round(duration * view.spread_slowdown)
+            slower = job.spread_ms(model, view.spread_slowdown)
             parts = timeline.spread_now(model, job.gpus, slower)
             if parts is not None:
                 spread_into[model] = parts

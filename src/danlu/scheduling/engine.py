@@ -115,7 +115,7 @@ class Engine:
     quotas_gpus: Mapping[str, int] = field(default_factory=dict)
     notice_ms: int = 60_000
     restart_overhead_ms: int = 30_000
-    spread_slowdown: float = 1.25  # a gang spread over hosts runs this much slower (ClusterView's)
+    spread_slowdown: float = 1.25  # a spread gang without a measured spread run time runs this much slower
     half_life_ms: int = DEFAULT_HALF_LIFE_MS
     jobs: dict[str, JobState] = field(default_factory=dict)
     running: dict[str, Allocation] = field(default_factory=dict)
@@ -256,8 +256,7 @@ class Engine:
         if state.first_start_ms is None:
             state.first_start_ms = now
         self.stats.decisions += 1
-        slowdown = self.spread_slowdown if d.parts else 1.0
-        self.executor.start(d.job_id, d.host_id, d.gpu_model, d.gpus, now, slowdown)
+        self.executor.start(d.job_id, d.host_id, d.gpu_model, d.gpus, now, self._slowdown(self.running[d.job_id]))
 
     def _usable_durations(self, req: JobRequest) -> dict[str, int]:
         """The job's run time per model it may use (price within its max), for migration checks."""
@@ -317,10 +316,7 @@ class Engine:
         status, state.reason = after_run(end)  # the live server's rule too (lifecycle.py)
         if status == QUEUED:
             state.status = status
-            durations = {
-                m: max(1, round(d * state.remaining)) + self.restart_overhead_ms
-                for m, d in state.request.durations_ms.items()
-            }
+            durations = self._left(state, state.request.durations_ms)
             target, state.migrating_to = state.migrating_to, None
             room = max((self._free[h.id] for h in self.hosts if h.gpu_model == target), default=0)
             if target is not None and target in durations and room >= state.request.gpus and state.migrations >= 2:
@@ -331,13 +327,27 @@ class Engine:
                 # batch 0.3 h of makespan (19.35 -> 19.65 h).
                 self._pinned[job_id] = (at_ms + PIN_MS, durations)
                 durations = {target: durations[target]}
-            self._queue[job_id] = replace(state.request, durations_ms=durations)
+            self._queue[job_id] = replace(
+                state.request,
+                durations_ms=durations,
+                spread_durations_ms=self._left(state, state.request.spread_durations_ms),
+            )
         else:
             state.status = status
             state.end_ms = at_ms
 
+    def _left(self, state: JobState, whole: Mapping[str, int]) -> dict[str, int]:
+        """Run times from the job's progress: what is left of ``whole``, plus the restart overhead."""
+        return {m: max(1, round(d * state.remaining)) + self.restart_overhead_ms for m, d in whole.items()}
+
     def _slowdown(self, alloc: Allocation) -> float:
-        return self.spread_slowdown if alloc.parts else 1.0
+        """How much slower the job runs where it is: 1 on one host; spread over hosts, its measured
+        spread run time over its run time on one host (JobRequest.spread_ms), else the default."""
+        if not alloc.parts:
+            return 1.0
+        req = self.jobs[alloc.job_id].request
+        one_host = req.durations_ms.get(alloc.gpu_model, 0)
+        return req.spread_ms(alloc.gpu_model, self.spread_slowdown) / one_host if one_host else self.spread_slowdown
 
     def _bill(self, state: JobState, alloc: Allocation, plan: Plan, start: int, end: int) -> None:
         if end <= start:

@@ -50,12 +50,19 @@ class JobRequest:
     # service attained so far: GPU-ms of progress at its fastest type's speed (filled for ``las`` and
     # for policies that demote by attained service)
     attained_ms: int = 0
-    # the job may run as one gang spread over several hosts of one model (issue 11, item 7), at
-    # ``ClusterView.spread_slowdown`` x its duration; only when no single host has room for it
+    # the job may run as one gang spread over several hosts of one model (issue 11, item 7; issue
+    # 30): at its measured spread run time there (``spread_durations_ms``, from the same progress as
+    # ``durations_ms``) or else ``ClusterView.spread_slowdown`` x its duration
     spread_ok: bool = False
+    spread_durations_ms: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def runnable_on(self, gpu_model: str) -> bool:
         return self.durations_ms.get(gpu_model, 0) > 0
+
+    def spread_ms(self, gpu_model: str, slowdown: float) -> int:
+        """Run time on ``gpu_model`` with the gang spread over hosts: measured, else ``slowdown`` x."""
+        measured = self.spread_durations_ms.get(gpu_model, 0)
+        return measured if measured > 0 else round(self.durations_ms.get(gpu_model, 0) * slowdown)
 
     @property
     def plan(self) -> Plan:
@@ -119,7 +126,8 @@ class ClusterView:
     # work lost when a job restarts from its checkpoint (reload, warm-up); weighed against a migration
     restart_overhead_ms: int = 0
     # a gang spread over hosts runs this much slower than on one host (gradients cross the network
-    # instead of NVLink/PCIe; an assumption, see docs/scheduling.md)
+    # instead of NVLink/PCIe) when the job has no measured spread run time: a scenario's declared
+    # assumption (docs/scheduling.md)
     spread_slowdown: float = 1.25
 
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from danlu.core.errors import InvalidInput
 from danlu.scheduling.scenario import Scenario
-from danlu.scheduling.simulator import SimSetup, simulate, summarize, to_requests
+from danlu.scheduling.simulator import Missing, SimSetup, simulate, summarize, to_requests
 from danlu.scheduling.traces import read_trace
 
 
@@ -59,15 +59,19 @@ def run_simulation(
     round_s: int | None = None,
     restart_overhead_s: int = 30,
     seed: int = 0,
-    estimate_missing: bool = False,
-    spread: bool = False,
+    missing: Missing = "estimate",
+    spread: bool = True,
     status: Progress | None = None,
 ) -> list[dict[str, Any]]:
     prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
-    setup = SimSetup(scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1])
-    requests = to_requests(
-        setup, read_trace(trace), interruptible=interruptible, estimate_missing=estimate_missing, spread=spread
+    setup = SimSetup(
+        scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1], scenario.spread_slowdown
     )
+    trace_jobs = read_trace(trace)
+    requests = to_requests(setup, trace_jobs, interruptible=interruptible, missing=missing, spread=spread)
+    kept = {r.id for r in requests}
+    skipped = [tj.id for tj in trace_jobs if tj.id not in kept]
+    dynamic = sum(1 for tj in trace_jobs if tj.batch_mode != "static" and tj.id in kept)
     assumptions = [f"tariff {t.name!r} is a synthetic assumption" for t in prices.tariffs if t.synthetic]
     rows = []
     for n, name in enumerate(policies, 1):
@@ -88,6 +92,11 @@ def run_simulation(
         row["plan"] = "interruptible" if interruptible else "on-demand"
         row["tariffs"] = [t.name for t in prices.tariffs]
         row["assumptions"] = assumptions
+        row["jobs"] = len(trace_jobs)  # replayed, unplaceable and skipped
+        row["jobs_skipped"] = len(skipped)
+        row["skipped"] = skipped
+        row["jobs_dynamic_batch"] = dynamic  # read at their initial batch size (traces.TraceJob.batch_mode)
+        row["spread"] = spread
         rows.append(row)
     return rows
 

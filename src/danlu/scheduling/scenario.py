@@ -16,6 +16,8 @@ from danlu.core.money import parse_amount
 from danlu.scheduling.model import Host
 from danlu.scheduling.speed import ThroughputTable, load_throughputs
 
+DEFAULT_SPREAD_SLOWDOWN = 1.25
+
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
@@ -27,6 +29,9 @@ class Scenario:
     throughputs: ThroughputTable
     reference: tuple[dict[str, str], ...]
     trace_paths: tuple[Path, ...]
+    # how much slower a gang spread over hosts runs when the throughput table has no measured spread
+    # figure for it: the scenario's declared assumption ("spread_slowdown", default 1.25)
+    spread_slowdown: float = DEFAULT_SPREAD_SLOWDOWN
 
     @property
     def models(self) -> list[str]:
@@ -63,6 +68,16 @@ def load_scenario(path: Path) -> Scenario:
             prices[(model, Plan.INTERRUPTIBLE)] = parse_amount(str(pool["spot_price_per_gpu_hour"]), currency)
     tariffs = tuple(parse_tariff(t, timezone) for t in raw.get("tariffs", []))
     throughputs = load_throughputs(base / raw["throughputs"]) if raw.get("throughputs") else ThroughputTable()
+    try:
+        spread_slowdown = float(raw.get("spread_slowdown", DEFAULT_SPREAD_SLOWDOWN))
+    except (TypeError, ValueError):
+        spread_slowdown = 0.0
+    if not 1.0 <= spread_slowdown <= 100.0:
+        raise InvalidInput(
+            "bad_scenario",
+            f"scenario {path}: spread_slowdown must be a number from 1 to 100 (how much slower a gang "
+            f"spread over hosts runs), got {raw.get('spread_slowdown')!r}",
+        )
     reference: tuple[dict[str, str], ...] = ()
     if raw.get("reference") and (base / raw["reference"]).exists():
         with (base / raw["reference"]).open(newline="", encoding="utf-8") as handle:
@@ -76,4 +91,5 @@ def load_scenario(path: Path) -> Scenario:
         throughputs=throughputs,
         reference=reference,
         trace_paths=tuple(base / p for p in raw.get("traces", [])),
+        spread_slowdown=spread_slowdown,
     )

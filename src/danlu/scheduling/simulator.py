@@ -10,6 +10,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from danlu.billing.pricing import PriceBook
 from danlu.core.clock import FakeClock
@@ -74,6 +75,11 @@ class SimSetup:
     start_ms: int
     throughputs: ThroughputTable
     reference_model: str
+    spread_slowdown: float = 1.25  # a spread gang with no measured spread throughput (the scenario's)
+
+
+Missing = Literal["estimate", "skip", "refuse"]
+MISSING_CHOICES: tuple[Missing, ...] = ("estimate", "skip", "refuse")
 
 
 def to_requests(
@@ -81,33 +87,40 @@ def to_requests(
     trace: Iterable[TraceJob],
     interruptible: bool = False,
     *,
-    estimate_missing: bool = False,
-    spread: bool = False,
+    missing: Missing = "estimate",
+    spread: bool = True,
 ) -> list[JobRequest]:
     """The trace as job requests. A job measured in steps needs a throughput for its (job type, GPU
-    count), or a duration; without either it is an error naming it (a duration of 0 would make it
-    finish in 1 ms everywhere), unless ``estimate_missing``: then the same job type's throughput at
-    the nearest GPU count, scaled linearly (optimistic), and the request is flagged ``estimated``.
-    ``spread``: multi-GPU gangs may span hosts of one type (``spread_ok``)."""
+    count), or a duration (a duration of 0 would make it finish in 1 ms everywhere). Without either,
+    ``missing`` says what happens: ``estimate`` (the default) takes the same job type's throughput at
+    the nearest GPU count, scaled linearly (optimistic), and flags the request ``estimated``;
+    ``skip`` leaves the job out (the caller counts what is missing); ``refuse`` is an error naming
+    it. Under ``estimate`` a job type the table does not know at all is skipped (nothing to scale).
+    ``spread`` (the default): multi-GPU gangs may span hosts of one type (``spread_ok``), at the
+    table's measured spread throughput where it has one (``spread_durations_ms``)."""
     models = sorted({h.gpu_model for h in setup.hosts})
     out = []
     for seq, tj in enumerate(trace):
         rates = setup.throughputs.lookup(tj.job_type, tj.gpus) if tj.steps else None
+        spread_rates = setup.throughputs.lookup_spread(tj.job_type, tj.gpus) if rates is not None else {}
         estimated = False
         if tj.steps and rates is None and not tj.duration_s > 0:
-            rates = estimate_rates(setup.throughputs, tj.job_type, tj.gpus) if estimate_missing else None
+            rates = estimate_rates(setup.throughputs, tj.job_type, tj.gpus) if missing == "estimate" else None
+            if rates is None and missing != "refuse":
+                continue  # skipped (or a job type the table does not know, nothing to scale): counted by the caller
             if rates is None:
                 raise InvalidInput(
                     "missing_throughput",
                     f"trace job {tj.id}: no measured throughput for ({tj.job_type}, {tj.gpus} GPUs) and no "
-                    "duration; add it to the throughput table, give the job a duration, or pass "
-                    "--estimate-missing to scale the nearest GPU count (flagged as an estimate)",
+                    "duration; add it to the throughput table or give the job a duration, or pass "
+                    "--missing estimate (scale the nearest GPU count, flagged) or --missing skip",
                 )
             estimated = True
         if rates is not None:
             durations = durations_from_steps(tj.steps, rates, models)
         else:
             durations = durations_from_reference(round(tj.duration_s * 1000), setup.reference_model, models)
+        spread_durations = durations_from_steps(tj.steps, spread_rates, models) if spread_rates else {}
         if tj.allowed_models:
             durations = {m: d for m, d in durations.items() if m in tj.allowed_models}
         out.append(
@@ -122,7 +135,8 @@ def to_requests(
                 deadline_ms=None if tj.deadline_s is None else setup.start_ms + round(tj.deadline_s * 1000),
                 seq=seq,
                 estimated=estimated,
-                spread_ok=spread and tj.gpus > 1,  # the gang may span hosts of one type (item 7)
+                spread_ok=spread and tj.gpus > 1,  # the gang may span hosts of one type
+                spread_durations_ms={m: d for m, d in spread_durations.items() if m in durations},
             )
         )
     return out
@@ -139,9 +153,9 @@ def estimate_rates(table: ThroughputTable, job_type: str, gpus: int) -> dict[str
 
 
 def spreads(policy: Policy) -> bool:
-    """Whether the policy may start a gang spread over hosts (core._choose does for danlu and
-    danlu-cost; the "any" choice of fifo/backfill and the las baseline do not)."""
-    return policy.choice != "any" and policy.order != "las"
+    """Whether the policy may start a gang spread over hosts (core._choose does for every policy
+    but the las baseline, which places each gang on one host)."""
+    return policy.order != "las"
 
 
 def placeable(hosts: Iterable[Host], request: JobRequest) -> bool:
@@ -186,6 +200,7 @@ def simulate(
         policy,
         notice_ms=notice_ms,
         restart_overhead_ms=restart_overhead_ms,
+        spread_slowdown=setup.spread_slowdown,
     )
     engine.unplaceable = sorted(r.id for r in requests if not placeable(setup.hosts, r))
     never = set(engine.unplaceable)  # reported, never queued: fifo would block behind them forever

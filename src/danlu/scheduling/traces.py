@@ -1,4 +1,4 @@
-"""Trace readers (Gavel 10-column, Tiresias CSV) and a synthetic trace generator.
+"""Trace readers (Gavel 10-column, Shockwave 11/12-column, Tiresias CSV) and a synthetic trace generator.
 
 A :class:`TraceJob` describes work, not time on a particular GPU: either ``steps`` of a known
 ``job_type`` (durations come from the throughput table) or a ``duration_s`` measured on some
@@ -28,22 +28,47 @@ class TraceJob:
     deadline_s: float | None = None  # absolute, trace time
     interruptible: bool = False
     allowed_models: tuple[str, ...] = ()
+    # Shockwave's batch-size mode (static | accordion | gns): a dynamic one runs at its initial
+    # batch size here (the throughput table's row) until elastic batch sizes are modelled
+    batch_mode: str = "static"
+
+
+BATCH_MODES = ("static", "accordion", "gns")
 
 
 def read_gavel(path: Path) -> list[TraceJob]:
-    """job_type, command, working_dir, num_steps_arg, needs_data_dir, total_steps, scale_factor,
-    priority_weight, SLO (-1 none; else a multiple of the job's isolated duration is not known here,
-    so a positive SLO is read as seconds after arrival), arrival_time (s)."""
+    """Gavel's 10 tab-separated columns: job_type, command, working_dir, num_steps_arg,
+    needs_data_dir, total_steps, scale_factor, priority_weight, SLO (-1 none; else a multiple of the
+    job's isolated duration is not known here, so a positive SLO is read as seconds after arrival),
+    arrival_time (s). Shockwave's traces (uw-mad-dash/shockwave, scheduler/utils.py parse_trace) add
+    ``mode`` (the batch-size mode) after scale_factor (11 columns) and ``duration`` (s, on the
+    generator's reference GPU) before arrival_time (12 columns, its dynamic-batch traces); there a
+    positive SLO is a multiple of that duration, as Shockwave reads it."""
     jobs = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
         if not line.strip():
             continue
         cols = line.split("\t")
-        if len(cols) != 10:
-            raise InvalidInput("bad_trace", f"{path}:{n + 1}: expected 10 tab-separated columns, got {len(cols)}")
+        if len(cols) not in (10, 11, 12):
+            raise InvalidInput(
+                "bad_trace",
+                f"{path}:{n + 1}: expected 10 tab-separated columns (Gavel) or 11/12 (Shockwave), got {len(cols)}",
+            )
+        mode = "static"
+        duration = 0.0
+        if len(cols) >= 11:
+            mode = cols.pop(7)
+            if mode not in BATCH_MODES:
+                raise InvalidInput(
+                    "bad_trace", f"{path}:{n + 1}: batch-size mode {mode!r} is not one of {', '.join(BATCH_MODES)}"
+                )
         try:
+            if len(cols) == 11:
+                duration = float(cols.pop(9))
             arrival = float(cols[9])
             slo = float(cols[8])
+            if slo > 0 and duration > 0:  # Shockwave's SLO is a multiple of the job's duration
+                slo *= duration
             jobs.append(
                 TraceJob(
                     id=f"j{n}",
@@ -51,8 +76,10 @@ def read_gavel(path: Path) -> list[TraceJob]:
                     gpus=int(cols[6]),
                     job_type=cols[0],
                     steps=float(cols[5]),
+                    duration_s=max(0.0, duration),
                     priority=max(0, min(2, round(float(cols[7])))),
                     deadline_s=arrival + slo if slo > 0 else None,
+                    batch_mode=mode,
                 )
             )
         except ValueError as exc:
