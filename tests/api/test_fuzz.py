@@ -65,6 +65,7 @@ STATEFUL_422 = {
     "PUT /api/v1/budgets": "neither soft nor hard, or both member and instance (invalid_budget, invalid_budget_scope)",
     "PUT /api/v1/admin/plans/{term}": "a cancellation fee on a reserved term, whose early end claws back instead",
     "POST /api/v1/admin/tariffs": "a window whose from equals its to (invalid_tariff)",
+    "POST /api/v1/instances/{instance_id}/start": "more GPUs than one host of that model has (count_exceeds_host)",
     "PUT /api/v1/instances/{instance_id}/schedule": "a stop or a start time (or both), not the same time",
     "POST /api/v1/webhooks": "the URL must resolve, from this server, to public addresses only (DNS, the network)",
     "POST /api/v1/ssh-keys": "the text must be a real SSH public key (invalid_key), which a schema cannot state",

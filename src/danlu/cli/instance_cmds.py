@@ -234,11 +234,70 @@ def stop(instance_id: str, as_json: bool = JsonOpt) -> None:
         )
 
 
-def start(instance_id: str, as_json: bool = JsonOpt) -> None:
-    """Start a stopped instance again with the same workspace (fails if no GPU is free)."""
-    v = Client().post(f"/instances/{instance_id}/start")
+def start(
+    instance_id: str,
+    gpu: str = typer.Option(None, "--gpu", help="Resize: start on this GPU model instead (see `danlu offers`)."),
+    count: int = typer.Option(None, "--count", "--gpus", help="Resize: start on this many GPUs instead."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Resize without asking (after printing the new price)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Start a stopped instance again with the same workspace (fails if no GPU is free); with
+    --gpu/--count on another GPU model or count, at that shape's price (shown first)."""
+    client = Client()
+    body: dict[str, Any] | None = None
+    if gpu is not None or count is not None:
+        body = {
+            "gpu_model": gpu,
+            "gpu_count": count,
+            "expected_price": _confirm_resize(client, instance_id, gpu, count, yes, as_json),
+        }
+    v = client.post(f"/instances/{instance_id}/start", json=body)
     print_json(v) if as_json else console.print(f"{v['id']} {v['status']} on GPUs {human(v['gpu_indices'])}")
     exit_if_failed(v, as_json)
+
+
+def _confirm_resize(
+    client: Client, instance_id: str, gpu: str | None, count: int | None, yes: bool, as_json: bool
+) -> str:
+    """Print what the new shape costs an hour (the offers' list price, all its GPUs) and ask; returns
+    the price shown, which the server holds the start to (409 price_changed if it moved)."""
+    from decimal import Decimal
+
+    from danlu.cli.output import fail
+
+    inst = client.get(f"/instances/{instance_id}")
+    model, n = gpu or inst["gpu_model"], count or inst["gpu_count"]
+    offers = {o["gpu_model"].lower(): o for o in client.get("/offers")}
+    offer = offers.get(model.lower())
+    key = "interruptible_price_per_hour" if inst.get("interruptible") else "price_per_hour"
+    if offer is None or offer.get(key) is None:
+        fail(
+            f"{model} is not offered here{' as interruptible' if inst.get('interruptible') else ''}; "
+            "see `danlu offers`",
+            "model_not_offered",
+        )
+    per_gpu = Decimal(offer[key])
+    hourly = per_gpu * n
+    text = (
+        f"{instance_id}: {inst['gpu_count']}× {inst['gpu_model']} → {n}× {offer['gpu_model']} at "
+        f"{hourly} {offer['currency']}/h ({per_gpu} per GPU, before discounts); the workspace goes with it"
+    )
+    if as_json and not yes:
+        print_json(
+            {
+                "instance": instance_id,
+                "gpu_model": offer["gpu_model"],
+                "gpu_count": n,
+                "price_per_hour": str(hourly),
+                "currency": offer["currency"],
+            }
+        )
+        fail("that was the price; add --yes to start it", "confirmation_required")
+    if not as_json:
+        console.print(text, markup=False, highlight=False)
+    if not yes and not typer.confirm("start it?", default=False):
+        fail("nothing started", "cancelled_by_user")
+    return str(hourly)
 
 
 def exit_if_failed(v: dict[str, Any], as_json: bool) -> None:

@@ -30,6 +30,7 @@ from danlu.billing.student import allocation_discount_bp
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, fstree, images
 from danlu.compute.envvars import validate_env
+from danlu.compute.hosts import MIB, limits_for
 from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause, check_transition
 from danlu.compute.limits import RunLimits
 from danlu.compute.quotas import check_member_quota, check_quota
@@ -41,12 +42,12 @@ from danlu.compute.runs import (
     write_preempt_deadline,
 )
 from danlu.compute.storage import end_storage, start_storage
-from danlu.compute.views import InstanceView, get_owned, show
+from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
-from danlu.core.money import format_minor
-from danlu.db.models import AllocationRow, Event, Gpu, Hold, Instance, InstanceEvent, Price, User
+from danlu.core.money import format_minor, parse_amount
+from danlu.db.models import AllocationRow, Event, Gpu, Hold, HostRow, Instance, InstanceEvent, Price, User
 
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_BYTES = 64 << 10  # all arguments together, as for the environment
@@ -369,8 +370,7 @@ def rent(
     instance, now)`` runs in the same transaction first: it buys the hold the rental runs on."""
     check_may_run(p, user)
     model = resolve_model(gpu_model).name
-    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 < gpu_count <= 1024:
-        raise InvalidInput("invalid_gpu_count", "--count must be a whole number of GPUs, from 1 to 1024")
+    _check_count(gpu_count)
     command = _validate_command(command)
     env = validate_env(env)
     if len(name) > 64 or "\x00" in name:
@@ -412,10 +412,28 @@ def rent(
     return show(p, user, instance_id)
 
 
-def start(p: Platform, user: User, instance_id: str) -> InstanceView:
-    """Run a stopped/exited/lost instance again on GPUs of the same model, same workspace.
-    Never runs on fewer GPUs: if not enough are free it fails and nothing changes."""
+def _check_count(gpu_count: object) -> None:
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 < gpu_count <= 1024:
+        raise InvalidInput("invalid_gpu_count", "--count must be a whole number of GPUs, from 1 to 1024")
+
+
+def start(
+    p: Platform,
+    user: User,
+    instance_id: str,
+    gpu_model: str | None = None,
+    gpu_count: int | None = None,
+    expected_price: str | None = None,
+) -> InstanceView:
+    """Run a stopped/exited/lost instance again, same workspace: on GPUs of the same model and count,
+    or resized (issue 26) onto ``gpu_model`` / ``gpu_count`` — a new allocation at that shape's price,
+    on any host with room (the workspace goes with it). ``expected_price``: the hourly price of the
+    new shape the renter was shown (all its GPUs); any other is refused (409 ``price_changed``).
+    Never runs on fewer GPUs than asked: if not enough are free it fails and nothing changes."""
     check_may_run(p, user)
+    model = resolve_model(gpu_model).name if gpu_model is not None else None
+    if gpu_count is not None:
+        _check_count(gpu_count)
     with p.db.read() as s:
         renter_id = get_owned(s, user, instance_id).user_id
     ensure_sandbox_uid(p, renter_id)
@@ -434,14 +452,55 @@ def start(p: Platform, user: User, instance_id: str) -> InstanceView:
                 f"{instance_id}'s workspace was released at {iso(inst.workspace_released_at_ms)} after it stayed "
                 "stopped past the retention period (you were warned); rent a new instance",
             )
+        was = (inst.gpu_model, inst.gpu_count)
+        reason = "start requested"
+        if (model or was[0], gpu_count or was[1]) != was:
+            if inst.job_id is not None:
+                raise Conflict("resize_job_run", "a job's run is sized by its job; resubmit the job with --gpus")
+            inst.gpu_model, inst.gpu_count = model or was[0], gpu_count or was[1]
+            reason = f"start requested; resized from {was[1]}× {was[0]} to {inst.gpu_count}× {inst.gpu_model}"
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
+        _check_price(s, alloc, expected_price)
+        if (inst.gpu_model, inst.gpu_count) != was:
+            _check_workspace_fits(s, inst, alloc)
         inst.exit_code = None
         inst.run_handle = None
-        transition(s, inst, Status.PENDING, "start requested", now, "start")
+        transition(s, inst, Status.PENDING, reason, now, "start")
         spec = build_spec(p, s, inst, alloc, log_key=instance_id)
         begin_launch(p, instance_id)
     launch(p, instance_id, spec)
     return show(p, user, instance_id)
+
+
+def _check_price(s: Session, alloc: AllocationRow, expected_price: str | None) -> None:
+    """The hourly list price of the allocation (all its GPUs) must be the one the renter confirmed."""
+    if expected_price is None or alloc.hold_id is not None:  # on a prepaid hold: nothing more to pay
+        return
+    cur = alloc.currency
+    hourly = alloc.price_per_hour_minor * alloc.gpu_count
+    if parse_amount(expected_price, cur, field="expected price") != hourly:
+        raise Conflict(
+            "price_changed",
+            f"{alloc.gpu_count}× {alloc.gpu_model} costs {format_minor(hourly, cur)} {cur}/h now, not the "
+            f"{expected_price} you confirmed; look again (`danlu offers`) and confirm the new price",
+        )
+
+
+def _check_workspace_fits(s: Session, inst: Instance, alloc: AllocationRow) -> None:
+    """A workspace resized onto fewer GPUs (a smaller disk share) must fit its new disk limit, or the
+    disk watcher would end the run as soon as it started: refused before anything runs."""
+    host = s.get(HostRow, alloc.host_id)
+    if host is None:
+        return
+    limit = limits_for(host, inst.gpu_count).disk_bytes
+    used = workspace_bytes(inst.workspace)
+    if used > limit:
+        raise Conflict(
+            "disk_limit",
+            f"the workspace holds {used // MIB} MiB, more than the {limit // MIB} MiB disk limit of "
+            f"{inst.gpu_count}× {inst.gpu_model} on this platform; remove files first "
+            f"(`danlu exec {inst.id} …` after starting it as it was) or ask for more GPUs",
+        )
 
 
 def stop(p: Platform, user: User, instance_id: str) -> InstanceView:

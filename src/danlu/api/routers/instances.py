@@ -13,7 +13,15 @@ from starlette.concurrency import run_in_threadpool
 from danlu.api.deps import CurrentUser, PlatformDep, get_current_user
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import InstanceIdPath, LogOffset, errors
-from danlu.api.schemas.instances import EventOut, InstanceOut, LogChunk, RentRequest, ScheduleIn, ScheduleOut
+from danlu.api.schemas.instances import (
+    EventOut,
+    InstanceOut,
+    LogChunk,
+    RentRequest,
+    ScheduleIn,
+    ScheduleOut,
+    StartRequest,
+)
 from danlu.api.schemas.teams import TeamQuery
 from danlu.compute import holds, schedules, views
 from danlu.compute import instances as svc
@@ -106,6 +114,8 @@ async def _while_allowed(request: Request, ticks: AsyncIterator[str]) -> AsyncIt
                 yield chunk
     except DanluError as exc:
         yield f"event: error\ndata: {json.dumps({'error': exc.to_dict()})}\n\n"
+
+
 STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}
 }
@@ -194,9 +204,14 @@ def stop(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> Inst
     return InstanceOut.of(svc.stop(p, user, instance_id))
 
 
-@router.post("/{instance_id}/start", response_model=InstanceOut, responses=errors(*RUN_STATUSES))
-def start(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request) -> InstanceOut:
-    view = svc.start(p, user, instance_id)
+@router.post("/{instance_id}/start", response_model=InstanceOut, responses=errors(400, *RUN_STATUSES))
+def start(
+    instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request, body: StartRequest | None = None
+) -> InstanceOut:
+    """Start a stopped instance with its workspace; with a body, on another GPU model or count (a new
+    allocation at that shape's price: `expected_price` guards it)."""
+    body = body or StartRequest()
+    view = svc.start(p, user, instance_id, body.gpu_model, body.gpu_count, body.expected_price)
     _wake(request)
     return InstanceOut.of(view)
 

@@ -62,6 +62,20 @@ class RentRequest(RunLimitsIn):
     )
 
 
+class StartRequest(BaseModel):
+    """Resize on start (issue 26): leave both out to start as it was."""
+
+    gpu_model: GpuModel | None = Field(
+        None, description="Start on this GPU model instead (the workspace moves with it)"
+    )
+    gpu_count: GpuCount | None = Field(None, description="Start on this many GPUs instead")
+    expected_price: Amount | None = Field(
+        None,
+        description="The hourly price of the new shape (all its GPUs, before discounts) you were shown; if it "
+        "changed, 409 price_changed and nothing starts",
+    )
+
+
 class OfferOut(BaseModel):
     gpu_model: str
     vram_gb: int

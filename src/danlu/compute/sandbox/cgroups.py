@@ -61,6 +61,13 @@ def _read_key(path: Path, key: str) -> int:
     return 0
 
 
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
 def _write(path: Path, value: str) -> None:
     with open(path, "w") as f:
         f.write(value)
@@ -100,9 +107,15 @@ class CgroupV1:
         for base in self.bases.values():
             (base / name).mkdir(parents=True, exist_ok=True)
         mem = self.bases["memory"] / name
-        _write(mem / "memory.limit_in_bytes", str(limits.memory_bytes))
+        files = ["memory.limit_in_bytes"]
         if (mem / "memory.memsw.limit_in_bytes").exists():  # no swapping past the limit either
-            _write(mem / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+            # The kernel keeps memory <= memory+swap at every write: a cgroup kept from an earlier run
+            # of the instance (its name is reused) resized onto more GPUs must raise memsw first.
+            files.append("memory.memsw.limit_in_bytes")
+            if limits.memory_bytes > _read_int(mem / "memory.limit_in_bytes"):
+                files.reverse()
+        for file in files:
+            _write(mem / file, str(limits.memory_bytes))
         _write(self.bases["pids"] / name / "pids.max", str(limits.pids))
         cpu = self.bases["cpu"] / name
         _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
