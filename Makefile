@@ -37,7 +37,7 @@ test: $(STAMP) system-deps
 	@tools/install-system-deps.sh systemd-analyze:systemd           # the systemd unit's test verifies it
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25  # the 25 slowest: the suite's time budget is 20 min
 
 # The schemathesis drill of tests/api/test_fuzz.py with many examples per operation, on SQLite and
 # PostgreSQL: FUZZ_EXAMPLES=2000 make fuzz for a long run, FUZZ_SEED=N to replay or vary it.
