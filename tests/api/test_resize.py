@@ -81,3 +81,40 @@ def test_a_resize_that_cannot_happen_changes_nothing(live: LiveServer) -> None:
         ok = c.post(f"/instances/{iid}/start", json={"gpu_model": "A100-80GB", "expected_price": "72.00"})
         assert ok.status_code == 200 and ok.json()["gpu_model"] == "A100-80GB", ok.text
         c.delete(f"/instances/{iid}")
+
+
+def test_a_new_rental_starts_with_a_copy_of_a_stopped_one_links_kept_as_links(live: LiveServer) -> None:
+    make = "mkdir -p d; echo data > d/f; ln -sf /etc/passwd link; echo gpus=$CUDA_VISIBLE_DEVICES; sleep 60"
+    read = "cat d/f; readlink link; echo gpus=$CUDA_VISIBLE_DEVICES; sleep 60"
+    with live.new_user("vera", topup="500.00") as c, live.new_user("walt") as other:
+        src = _stopped(c, {"gpu_model": "T4", "command": ["sh", "-c", make]})
+        running = c.post("/instances", json={"gpu_model": "T4", "command": ["sleep", "60"]}).json()["id"]
+        before = sorted(p.name for p in live.platform.workspaces.iterdir())
+        refusals = [
+            ({"from_instance": running}, 409, "source_running"),
+            ({"from_instance": "i-0000000000"}, 404, "instance_not_found"),
+            ({"from_instance": "../../etc"}, 422, "invalid_instance_id"),
+            ({"from_instance": src, "gpu_count": 3}, 422, "count_exceeds_host"),  # after the copy: it goes
+        ]
+        for extra, status, code in refusals:
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "command": ["sleep", "1"], **extra})
+            assert (r.status_code, r.json()["error"]["code"]) == (status, code), (extra, r.text)
+        assert sorted(p.name for p in live.platform.workspaces.iterdir()) == before  # no copy left behind
+        r = other.post("/instances", json={"gpu_model": "A100-80GB", "command": ["sleep", "1"], "from_instance": src})
+        assert r.status_code == 404  # another renter's workspace is not there to copy
+
+        r = c.post("/instances", json={"gpu_model": "A100-80GB", "command": ["sh", "-c", read], "from_instance": src})
+        assert r.status_code == 201, r.text
+        new = r.json()["id"]
+        wait_for(lambda: "gpus=" in c.get(f"/instances/{new}/logs").json()["text"])
+        assert "data\n/etc/passwd\n" in c.get(f"/instances/{new}/logs").json()["text"]
+        link = live.platform.workspaces / new / "link"
+        assert link.is_symlink() and not (live.platform.workspaces / new / "passwd").exists()
+        assert (live.platform.workspaces / src / "d" / "f").read_text() == "data\n"  # the source is untouched
+        assert (live.platform.workspaces / new / "d" / "f").stat().st_uid == (
+            live.platform.workspaces / src
+        ).stat().st_uid
+        reasons = [e["reason"] for e in c.get(f"/instances/{new}/events").json()]
+        assert f"rented with a copy of {src}'s workspace" in reasons
+        for iid in (src, running, new):
+            c.delete(f"/instances/{iid}")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -45,7 +47,7 @@ from danlu.compute.storage import end_storage, start_storage
 from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
+from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity, NotFound
 from danlu.core.money import format_minor, parse_amount
 from danlu.db.models import AllocationRow, Event, Gpu, Hold, HostRow, Instance, InstanceEvent, Price, User
 
@@ -363,11 +365,14 @@ def rent(
     team: str | None = None,
     before_claim: Callable[[Session, Instance, int], Hold | None] | None = None,
     limits: RunLimits | None = None,
+    from_instance: str | None = None,
 ) -> InstanceView:
     """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them,
     in a sandbox with ``image`` as its root and the renter's own ``env``, paid by ``team``'s
     account (or the renter's default team, or their personal account). ``before_claim(session,
-    instance, now)`` runs in the same transaction first: it buys the hold the rental runs on."""
+    instance, now)`` runs in the same transaction first: it buys the hold the rental runs on.
+    ``from_instance``: the new workspace starts as a copy of that (stopped) rental's, the renter's own
+    (issue 26); the copy is made before any GPU is claimed, so it is not billed."""
     check_may_run(p, user)
     model = resolve_model(gpu_model).name
     _check_count(gpu_count)
@@ -378,36 +383,46 @@ def rent(
     limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     instance_id = "i-" + secrets.token_hex(5)
     ensure_sandbox_uid(p, user.id)
-    with p.db.write() as s:
-        now = p.clock.now_ms()
-        inst = Instance(
-            id=instance_id,
-            user_id=user.id,
-            billing_account_id=teams.resolve_payer(s, user, team, spend=True),
-            name=name,
-            interruptible=interruptible,
-            status=Status.PENDING.value,
-            status_reason="created",
-            gpu_model=model,
-            gpu_count=gpu_count,
-            command_json=json.dumps(command),
-            workspace=str(p.workspaces / instance_id),
-            image=image,
-            env_json=json.dumps(env),
-            created_at_ms=now,
-            updated_at_ms=now,
-            idle_stop_s=limits.idle_stop_s,
-            idle_threshold_pm=limits.idle_threshold_pm,
-            max_duration_s=limits.max_duration_s,
-        )
-        images.resolve(s, image)  # a clear error before anything is claimed
-        s.add(inst)
-        s.flush()
-        hold = before_claim(s, inst, now) if before_claim is not None else None
-        alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst), hold=hold)
-        s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="rented", at_ms=now))
-        spec = build_spec(p, s, inst, alloc, log_key=instance_id)
-        begin_launch(p, instance_id)
+    copied = copy_workspace(p, user, from_instance, p.workspaces / instance_id) if from_instance else None
+    try:
+        with p.db.write() as s:
+            now = p.clock.now_ms()
+            inst = Instance(
+                id=instance_id,
+                user_id=user.id,
+                billing_account_id=teams.resolve_payer(s, user, team, spend=True),
+                name=name,
+                interruptible=interruptible,
+                status=Status.PENDING.value,
+                status_reason="created",
+                gpu_model=model,
+                gpu_count=gpu_count,
+                command_json=json.dumps(command),
+                workspace=str(p.workspaces / instance_id),
+                image=image,
+                env_json=json.dumps(env),
+                created_at_ms=now,
+                updated_at_ms=now,
+                idle_stop_s=limits.idle_stop_s,
+                idle_threshold_pm=limits.idle_threshold_pm,
+                max_duration_s=limits.max_duration_s,
+            )
+            images.resolve(s, image)  # a clear error before anything is claimed
+            s.add(inst)
+            s.flush()
+            hold = before_claim(s, inst, now) if before_claim is not None else None
+            alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst), hold=hold)
+            reason = "rented"
+            if copied is not None:
+                _check_workspace_fits(s, inst, alloc, copied)
+                reason = f"rented with a copy of {from_instance}'s workspace"
+            s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason=reason, at_ms=now))
+            spec = build_spec(p, s, inst, alloc, log_key=instance_id)
+            begin_launch(p, instance_id)
+    except BaseException:
+        if copied is not None:  # refused (capacity, money, disk): the copy goes
+            fstree.remove_tree(p.workspaces / instance_id)
+        raise
     launch(p, instance_id, spec)
     return show(p, user, instance_id)
 
@@ -415,6 +430,40 @@ def rent(
 def _check_count(gpu_count: object) -> None:
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 < gpu_count <= 1024:
         raise InvalidInput("invalid_gpu_count", "--count must be a whole number of GPUs, from 1 to 1024")
+
+
+def copy_workspace(p: Platform, user: User, source_id: str, dest: Path) -> int:
+    """Copy the workspace of ``source_id`` — the renter's own rental, not running — to ``dest``;
+    returns its size in bytes. ``cp -a`` as root keeps the renter's uid, modes and times, copies
+    links as links (never follows one) and special files as such; nothing of the renter runs while
+    a rental is stopped, so no folder can be swapped for a link during the copy."""
+    with p.db.read() as s:
+        src = get_owned(s, user, source_id)
+        if src.user_id != user.id:  # a teammate's workspace is theirs, even where the team can see it
+            raise NotFound("instance_not_found", f"no instance {source_id!r}; list yours with `danlu ps`")
+        if Status(src.status) not in KEEPS_WORKSPACE:
+            raise Conflict(
+                "source_running",
+                f"{source_id} is {src.status}; stop it first (`danlu stop {source_id}`): a workspace is copied "
+                "while nothing writes to it",
+            )
+        if src.workspace_released_at_ms is not None:
+            raise Conflict(
+                "workspace_released",
+                f"{source_id}'s workspace was released at {iso(src.workspace_released_at_ms)}; nothing to copy",
+            )
+        source = Path(src.workspace)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not source.is_dir():  # never started: an empty workspace
+        dest.mkdir()
+        return 0
+    proc = subprocess.run(
+        ["cp", "-a", "--no-target-directory", "--", str(source), str(dest)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        fstree.remove_tree(dest)
+        raise Conflict("copy_failed", f"could not copy {source_id}'s workspace: {proc.stderr.strip()[-300:]}")
+    return workspace_bytes(str(dest))
 
 
 def start(
@@ -486,14 +535,15 @@ def _check_price(s: Session, alloc: AllocationRow, expected_price: str | None) -
         )
 
 
-def _check_workspace_fits(s: Session, inst: Instance, alloc: AllocationRow) -> None:
-    """A workspace resized onto fewer GPUs (a smaller disk share) must fit its new disk limit, or the
-    disk watcher would end the run as soon as it started: refused before anything runs."""
+def _check_workspace_fits(s: Session, inst: Instance, alloc: AllocationRow, used: int | None = None) -> None:
+    """A workspace resized onto fewer GPUs (a smaller disk share), or copied from another rental, must
+    fit its disk limit there, or the disk watcher would end the run as soon as it started: refused
+    before anything runs."""
     host = s.get(HostRow, alloc.host_id)
     if host is None:
         return
     limit = limits_for(host, inst.gpu_count).disk_bytes
-    used = workspace_bytes(inst.workspace)
+    used = workspace_bytes(inst.workspace) if used is None else used
     if used > limit:
         raise Conflict(
             "disk_limit",

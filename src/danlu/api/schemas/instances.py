@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from danlu.api.schemas.common import (
+    INSTANCE_ID,
     NO_CONTROL,
     Amount,
     Command,
@@ -59,6 +60,18 @@ class RentRequest(RunLimitsIn):
     on_expiry: OnExpiry = "stop"
     expected_price: Amount | None = Field(
         None, description="With package: the price you were quoted (POST /plans/quote); if it changed, 409"
+    )
+    from_instance: (
+        Annotated[
+            str,
+            Field(pattern=INSTANCE_ID, max_length=32),
+            limited("invalid_instance_id", "from_instance is an instance id, i- and hex", pattern=INSTANCE_ID, text=32),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Start with a copy of this stopped rental's workspace (your own); copied before any GPU is "
+        "claimed, so not billed",
     )
 
 
