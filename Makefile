@@ -7,7 +7,7 @@ DATA_DIR ?= .danlu
 PORT ?= 8000
 SSH_PORT ?= 2222
 
-.PHONY: run test lint typecheck bench clean system-deps drill fuzz slurm-dev slurm-dev-stop
+.PHONY: images run test lint typecheck bench clean system-deps drill fuzz slurm-dev slurm-dev-stop
 
 # The sandbox's Debian packages (bubblewrap, slirp4netns, nftables …), where missing and installable.
 system-deps:
@@ -35,9 +35,19 @@ test: $(STAMP) system-deps
 	@tools/install-system-deps.sh chromium:chromium $(CJK_FONT)      # the console's browser tests (Playwright drives it)
 	@tools/install-system-deps.sh ssh:openssh-client rsync:rsync     # the SSH gateway's tests use OpenSSH's own clients
 	@tools/install-system-deps.sh systemd-analyze:systemd           # the systemd unit's test verifies it
+	@tools/install-system-deps.sh mmdebstrap:mmdebstrap             # the image builder's test builds a small image (cached)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25  # the 25 slowest: the suite's time budget is 20 min
+
+# The deep-learning image (images/deep-learning.toml: Python 3, PyTorch, JupyterLab, TensorBoard, tools),
+# built with mmdebstrap + pip and registered: as root on the server's host, with `make run` running in
+# another terminal (its admin token is read from $(DATA_DIR)/admin-token). Cached by recipe: a second
+# run registers the same tarball. Several GB of downloads the first time (PyTorch's CUDA wheels).
+images: $(STAMP)
+	@tools/install-system-deps.sh mmdebstrap:mmdebstrap
+	DANLU_URL=http://127.0.0.1:$(PORT) DANLU_TOKEN=$$(cat $(DATA_DIR)/admin-token) \
+	  $(BIN)/danlu admin image build deep-learning --recipe images/deep-learning.toml
 
 # The schemathesis drill of tests/api/test_fuzz.py with many examples per operation, on SQLite and
 # PostgreSQL: FUZZ_EXAMPLES=2000 make fuzz for a long run, FUZZ_SEED=N to replay or vary it.

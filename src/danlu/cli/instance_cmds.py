@@ -216,7 +216,14 @@ def images(as_json: bool = JsonOpt) -> None:
         return
     for r in rows:
         r["size"] = "shared with the host" if r["size_bytes"] is None else f"{r['size_bytes'] / 2**20:.1f} MiB"
-    print_table(rows, [("name", "image"), ("size", "size"), ("description", "description")])
+        held = r.get("contents")
+        r["holds"] = (
+            f"Debian {held['suite']}, {held['debian_packages']} packages"
+            + (f"; pip: {', '.join(held['pip'])}" if held["pip"] else "")
+            if held
+            else ""
+        )
+    print_table(rows, [("name", "image"), ("size", "size"), ("holds", "holds"), ("description", "description")])
 
 
 def stop(instance_id: str, as_json: bool = JsonOpt) -> None:

@@ -158,6 +158,57 @@ def image_add(
         console.print(f"image {data['name']} registered ({(data['size_bytes'] or 0) / 2**20:.1f} MiB)")
 
 
+IMAGE_CACHE = "/var/cache/danlu/images"
+
+
+@image_app.command("build")
+def image_build(
+    name: str,
+    recipe_file: str = typer.Option(None, "--recipe", help="A recipe TOML (suite, apt, pip, description)."),
+    apt: list[str] = typer.Option(None, "--apt", help="A Debian package to install (repeatable)."),
+    pip: list[str] = typer.Option(None, "--pip", help="A pip requirement to install, e.g. torch (repeatable)."),
+    suite: str = typer.Option("bookworm", "--suite", help="The Debian suite, from this host's apt sources."),
+    description: str = typer.Option("", "--description"),
+    cache: str = typer.Option(
+        IMAGE_CACHE, "--cache", envvar="DANLU_IMAGE_CACHE", help="Built images by recipe hash: built once."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Build an image from Debian packages (mmdebstrap) plus pip packages, and register it. Run as root
+    on the server's host (it registers the tarball from there); what is in it is written into it
+    (/etc/danlu-image.json, .packages, .pip) and shown by `danlu images`."""
+    import os
+    from pathlib import Path
+
+    from danlu.compute import image_build as ib
+    from danlu.core.errors import DanluError
+
+    try:
+        if recipe_file:
+            if apt or pip:
+                fail("give --recipe or --apt/--pip, not both", "invalid_option")
+            r = ib.load_recipe(Path(recipe_file))
+        else:
+            r = ib.recipe(suite, apt or [], pip or [], description)
+        if os.geteuid() != 0:
+            fail("building an image needs root on the server's host (mmdebstrap, then the import)", "not_root")
+        label = f"building image {name}: Debian {r.suite}, {len(r.apt_packages)} packages, {len(r.pip)} pip"
+        if as_json:
+            tar, built = ib.build(r, Path(cache))
+        else:
+            with console.status(label + " (minutes the first time; cached by recipe)"):
+                tar, built = ib.build(r, Path(cache))
+    except DanluError as exc:
+        fail(exc.message, exc.code)
+    body = {"name": name, "source": str(tar), "description": description or r.description}
+    data = Client().post("/admin/images", json=body)
+    if as_json:
+        print_json({**data, "built": built, "tarball": str(tar)})
+        return
+    how = "built" if built else "from the cache"
+    console.print(f"image {data['name']} registered ({(data['size_bytes'] or 0) / 2**20:.1f} MiB, {how}: {tar})")
+
+
 @image_app.command("rm")
 def image_rm(name: str) -> None:
     Client().delete(f"/admin/images/{name}")

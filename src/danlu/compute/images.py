@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.backend import ImageRoot
+from danlu.compute import image_build
 from danlu.compute.image_import import check_no_outside_links, copy_folder, extract_tarball, tree_size
 from danlu.compute.lifecycle import Status
 from danlu.context import Platform
@@ -37,11 +38,13 @@ class ImageView:
     description: str
     size_bytes: int | None  # None for the host image (shared with the host)
     created_at_ms: int
+    contents: dict[str, object] | None = None  # what an image built here holds (image_build.contents)
 
 
 def _view(img: Image) -> ImageView:
     size = None if img.kind == "host" else img.size_bytes
-    return ImageView(img.name, img.kind, img.description, size, img.created_at_ms)
+    held = None if img.kind == "host" else image_build.contents(Path(img.root_path))
+    return ImageView(img.name, img.kind, img.description, size, img.created_at_ms, held)
 
 
 def ensure_host_image(session: Session, now_ms: int) -> None:

@@ -5,7 +5,7 @@ from fastapi import APIRouter, Response
 from danlu.api.deps import AdminUser, CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import ImageNamePath, errors
-from danlu.api.schemas.operator import ImageIn, ImageOut
+from danlu.api.schemas.operator import ImageContents, ImageIn, ImageOut
 from danlu.compute import images as svc
 from danlu.core.clock import iso
 
@@ -14,7 +14,12 @@ router = APIRouter(route_class=ListRoute, tags=["images"], responses=errors(401)
 
 def _out(v: svc.ImageView) -> ImageOut:
     return ImageOut(
-        name=v.name, kind=v.kind, description=v.description, size_bytes=v.size_bytes, created_at=iso(v.created_at_ms)
+        name=v.name,
+        kind=v.kind,
+        description=v.description,
+        size_bytes=v.size_bytes,
+        created_at=iso(v.created_at_ms),
+        contents=ImageContents.model_validate(v.contents) if v.contents is not None else None,
     )
 
 

@@ -47,12 +47,23 @@ class ImageIn(Strict):
     ] = ""
 
 
+class ImageContents(BaseModel):
+    suite: str | None = Field(description="the Debian suite it was built from")
+    apt: list[str] = Field(description="the Debian packages the recipe asked for")
+    pip: list[str] = Field(description="the pip requirements the recipe asked for")
+    debian_packages: int = Field(description="how many Debian packages are installed (/etc/danlu-image.packages)")
+    pip_installed: list[str] = Field(description="pip freeze of what pip installed (/etc/danlu-image.pip)")
+
+
 class ImageOut(BaseModel):
     name: str
     kind: str
     description: str
     size_bytes: int | None
     created_at: str | None
+    contents: ImageContents | None = Field(
+        None, description="what an image built by `danlu admin image build` holds; null for others"
+    )
 
 
 def _host_limit(lo: float, hi: float, what: str) -> Any:
