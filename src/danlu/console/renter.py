@@ -27,7 +27,7 @@ from danlu.api.routers import ports as ports_api
 from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import vouchers as vouchers_api
 from danlu.api.schemas.accounts import BalanceOut, LedgerLineOut
-from danlu.api.schemas.instances import InstanceOut, OfferOut, RentRequest
+from danlu.api.schemas.instances import InstanceOut, OfferOut, RentRequest, StartRequest
 from danlu.billing import service as billing
 from danlu.compute import views
 from danlu.compute.images import list_images
@@ -258,9 +258,47 @@ def stop(ctx: Post, instance_id: str) -> Response:
 
 
 @router.post("/instances/{instance_id}/start")
-def start(ctx: Post, instance_id: str) -> Response:
-    instances_api.start(_checked_id(instance_id), ctx.platform, ctx.me, ctx.request)
-    return with_flash(back(f"/instances/{instance_id}"), "ok", ctx._("Started on the same workspace."))
+def start(
+    ctx: Post,
+    instance_id: str,
+    gpu_model: Annotated[str, Form(max_length=64)] = "",
+    gpu_count: Annotated[int | None, Form(ge=1, le=1024)] = None,
+    expected_price: Annotated[str, Form(max_length=32)] = "",
+) -> Response:
+    body = None
+    if gpu_model or gpu_count is not None:  # confirmed on the resize page, at the price shown there
+        body = validated(
+            StartRequest, gpu_model=gpu_model or None, gpu_count=gpu_count, expected_price=expected_price or None
+        )
+    out = instances_api.start(_checked_id(instance_id), ctx.platform, ctx.me, ctx.request, body)
+    said = ctx._("Started on the same workspace.")
+    if body is not None:
+        said = ctx._("Started on %(count)s× %(model)s with the same workspace.") % {
+            "count": out.gpu_count,
+            "model": out.gpu_model,
+        }
+    return with_flash(back(f"/instances/{instance_id}"), "ok", said)
+
+
+@router.get("/instances/{instance_id}/resize")
+def resize(
+    ctx: Page,
+    instance_id: str,
+    gpu_model: Annotated[str, Query(max_length=64)] = "",
+    gpu_count: Annotated[int | None, Query(ge=1, le=1024)] = None,
+) -> Response:
+    """Pick another GPU model or count for a stopped instance; with both, the new shape's hourly price
+    (the list price, all its GPUs) and the button that starts it at that price (`danlu start --gpu`)."""
+    out = instances_api.show(_checked_id(instance_id), ctx.platform, ctx.me)
+    offers_now = [OfferOut.of(o) for o in list_offers(ctx.platform) if o.price_per_hour_minor is not None]
+    chosen = next((o for o in offers_now if o.gpu_model == gpu_model), None)
+    price = None
+    if chosen is not None and gpu_count is not None:
+        per_gpu = chosen.interruptible_price_per_hour if out.interruptible else chosen.price_per_hour
+        price = None if per_gpu is None else str(Decimal(per_gpu) * gpu_count)
+    return ctx.render(
+        "instance_resize.html", i=out, offers=offers_now, chosen=chosen, count=gpu_count or out.gpu_count, price=price
+    )
 
 
 @router.post("/instances/{instance_id}/remove")

@@ -1,0 +1,40 @@
+"""Resize in the console (issue 26, item 3): a stopped instance's page links to "Start on other GPUs",
+which shows the new shape's hourly price before the button that starts it at exactly that price; the
+same page in 简体中文. Real HTTP, real sandbox, both databases."""
+
+from __future__ import annotations
+
+from tests.conftest import LiveServer, wait_for
+from tests.console.helpers import csrf_of, flash, set_password, sign_in
+
+
+def test_a_stopped_instance_starts_on_other_gpus_at_the_price_the_page_showed(live: LiveServer) -> None:
+    with live.new_user("zoe", topup="500.00") as api:
+        iid = api.post("/instances", json={"gpu_model": "T4", "command": ["sleep", "60"]}).json()["id"]
+        assert api.post(f"/instances/{iid}/stop").status_code == 200
+        wait_for(lambda: api.get(f"/instances/{iid}").json()["status"] == "stopped")
+    set_password(live, "zoe", "zoe-password-1")
+    c = sign_in(live, "zoe", "zoe-password-1")
+    assert f'href="/instances/{iid}/resize"' in c.get(f"/instances/{iid}").text
+    picked = c.get(f"/instances/{iid}/resize", params={"gpu_model": "A100-80GB", "gpu_count": "2"})
+    assert picked.status_code == 200
+    assert "1× T4 → 2× A100-80GB: <strong>CN¥72.00</strong> per hour, before discounts." in picked.text
+    assert 'name="expected_price" value="72.00"' in picked.text
+    # The operator changes the price after the page was shown: the start is refused, nothing changes.
+    with live.admin() as a:
+        assert a.put("/admin/prices/A100-80GB", json={"price_per_hour": "40.00"}).status_code == 200
+    form = {"csrf": csrf_of(c, f"/instances/{iid}"), "gpu_model": "A100-80GB", "gpu_count": "2"}
+    refused = c.post(f"/instances/{iid}/start", data={**form, "expected_price": "72.00"}, follow_redirects=True)
+    assert "costs 80.00 CNY/h now, not the 72.00 you confirmed" in refused.text, refused.text[-2000:]
+    assert "s-stopped" in c.get(f"/instances/{iid}").text  # nothing started
+    r = c.post(f"/instances/{iid}/start", data={**form, "expected_price": "80.00"})
+    assert r.status_code == 303, r.text
+    page = c.get(f"/instances/{iid}").text
+    assert "Started on 2× A100-80GB with the same workspace." in " ".join(flash(page))
+    zh = sign_in(live, "zoe", "zoe-password-1", lang="zh-CN")
+    assert "每小时（折扣前）。" in zh.get(f"/instances/{iid}/resize", params={"gpu_model": "T4", "gpu_count": "1"}).text
+    # another renter's instance: 404, as every page
+    live.new_user("yan").close()
+    set_password(live, "yan", "yan-password-1")
+    other = sign_in(live, "yan", "yan-password-1")
+    assert other.get(f"/instances/{iid}/resize").status_code == 404
