@@ -6,8 +6,8 @@
 # Extra command:package pairs may follow (`make bench` adds wrk:wrk); /a/file:package checks for a file.
 set -u
 need=()
-# openssh-sftp-server: the SSH gateway runs sftp-server inside a rental's sandbox (the host image's).
-for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static \
+# restic: snapshots of workspaces (danlu.compute.snapshots). openssh-sftp-server: the SSH gateway runs sftp-server inside a rental's sandbox (the host image's).
+for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static restic:restic \
   /usr/lib/openssh/sftp-server:openssh-sftp-server "$@"; do
   what="${pair%%:*}"
   if [[ "$what" == /* ]]; then [ -e "$what" ] || need+=("${pair#*:}")   # a file the package installs (a font)

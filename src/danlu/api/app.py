@@ -31,6 +31,7 @@ from danlu.api.routers import holds as holds_router
 from danlu.api.routers import invoices as invoice_routes
 from danlu.api.routers import ports as ports_router
 from danlu.api.routers import sessions as sessions_router
+from danlu.api.routers import snapshots as snapshots_router
 from danlu.api.routers import ssh_keys as ssh_keys_router
 from danlu.api.routers import storage as storage_router
 from danlu.api.routers import student as student_router
@@ -103,6 +104,7 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(sessions_router.jobs_router, prefix=API_PREFIX)
     app.include_router(ports_router.router, prefix=API_PREFIX)  # issue 25: the renter's web apps
     app.include_router(ssh_keys_router.router, prefix=API_PREFIX)  # issue 25: keys for the SSH gateway
+    app.include_router(snapshots_router.router, prefix=API_PREFIX)  # issue 26: snapshots of workspaces
     # /p/{id}/{port}/…: first, so a proxied request is not matched against every API route before
     # (and before the console's catch-alls); no other route starts with /p/ or /pa/.
     app.router.routes[:0] = ports_router.ROUTES

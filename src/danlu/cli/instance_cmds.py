@@ -56,7 +56,9 @@ def rent(
     on_expiry: str = typer.Option("stop", "--on-expiry", help="With --package, at its end: stop, or on-demand."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --package: buy without asking."),
     from_instance: str = typer.Option(
-        None, "--from", help="Start with a copy of this stopped rental's workspace (yours; the copy is not billed)."
+        None,
+        "--from",
+        help="Start with a copy of this stopped rental's workspace or of this snapshot (yours; unbilled).",
     ),
     idle_stop: str = IdleStopOpt,
     idle_threshold: str = IdleThresholdOpt,
@@ -76,7 +78,11 @@ def rent(
         "env": parse_env(env, env_file),
         "team": team,
         **limits_body(idle_stop, idle_threshold, max_duration),
-        **({"from_instance": from_instance} if from_instance else {}),
+        **(
+            {"from_snapshot" if from_instance.startswith("s-") else "from_instance": from_instance}
+            if from_instance
+            else {}
+        ),
     }
     if package is not None:
         from danlu.cli.hold_cmds import quote_and_confirm

@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "danlu.cli.schedule_cmds",
     "danlu.cli.session_cmds",
     "danlu.cli.copy_cmds",
+    "danlu.cli.snapshot_cmds",
     # -- capability command modules above this line --
 ]
 

@@ -30,7 +30,7 @@ from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, cumulative_cost
 from danlu.billing.student import allocation_discount_bp
 from danlu.catalog.gpu_models import resolve_model
-from danlu.compute import allocations, fstree, images
+from danlu.compute import allocations, fstree, images, snapshots
 from danlu.compute.envvars import validate_env
 from danlu.compute.hosts import MIB, limits_for
 from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause, check_transition
@@ -366,13 +366,15 @@ def rent(
     before_claim: Callable[[Session, Instance, int], Hold | None] | None = None,
     limits: RunLimits | None = None,
     from_instance: str | None = None,
+    from_snapshot: str | None = None,
 ) -> InstanceView:
     """Claim ``gpu_count`` GPUs of ``gpu_model`` on one host and start ``command`` on exactly them,
     in a sandbox with ``image`` as its root and the renter's own ``env``, paid by ``team``'s
     account (or the renter's default team, or their personal account). ``before_claim(session,
     instance, now)`` runs in the same transaction first: it buys the hold the rental runs on.
-    ``from_instance``: the new workspace starts as a copy of that (stopped) rental's, the renter's own
-    (issue 26); the copy is made before any GPU is claimed, so it is not billed."""
+    ``from_instance``: the new workspace starts as a copy of that (stopped) rental's, the renter's own;
+    ``from_snapshot``: as that snapshot of one (issue 26). The copy is made before any GPU is claimed,
+    so it is not billed."""
     check_may_run(p, user)
     model = resolve_model(gpu_model).name
     _check_count(gpu_count)
@@ -383,7 +385,13 @@ def rent(
     limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     instance_id = "i-" + secrets.token_hex(5)
     ensure_sandbox_uid(p, user.id)
-    copied = copy_workspace(p, user, from_instance, p.workspaces / instance_id) if from_instance else None
+    if from_instance and from_snapshot:
+        raise InvalidInput("invalid_source", "start from an instance or from a snapshot, not both")
+    copied, origin = None, from_instance or from_snapshot
+    if from_instance:
+        copied = copy_workspace(p, user, from_instance, p.workspaces / instance_id)
+    elif from_snapshot:
+        copied, _ = snapshots.restore(p, user, from_snapshot, p.workspaces / instance_id)
     try:
         with p.db.write() as s:
             now = p.clock.now_ms()
@@ -415,7 +423,7 @@ def rent(
             reason = "rented"
             if copied is not None:
                 _check_workspace_fits(s, inst, alloc, copied)
-                reason = f"rented with a copy of {from_instance}'s workspace"
+                reason = f"rented with a copy of {origin}'s workspace"
             s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason=reason, at_ms=now))
             spec = build_spec(p, s, inst, alloc, log_key=instance_id)
             begin_launch(p, instance_id)

@@ -419,6 +419,22 @@ class JobEvent(Base):
     at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class Snapshot(Base):
+    """A restic snapshot of a stopped instance's workspace in its billing account's repository
+    (danlu.compute.snapshots); the instance may be removed since."""
+
+    __tablename__ = "snapshots"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    billing_account_id: Mapped[int] = mapped_column(ForeignKey("billing_accounts.id"))
+    instance_id: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(64))
+    restic_id: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # the workspace's files, as restored
+    added_bytes: Mapped[int] = mapped_column(BigInteger)  # new data this snapshot stored (the rest was there)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 class Image(Base):
     """A root filesystem renters can run in. ``host`` is this host's own /usr, /etc … read-only;
     ``rootfs`` images live under the data directory, owned by the platform, bound read-only."""

@@ -51,7 +51,7 @@ def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request)
     args.update(image=body.image, env=body.env, team=body.team)
     args["limits"] = resolve_limits(p.settings, body.idle_stop, body.idle_threshold, body.max_duration)
     if body.package is not None:
-        args["from_instance"] = body.from_instance
+        args.update(from_instance=body.from_instance, from_snapshot=body.from_snapshot)
         view = holds.rent_on_new_hold(
             p,
             user,
@@ -65,7 +65,14 @@ def rent(body: RentRequest, p: PlatformDep, user: CurrentUser, request: Request)
         )
     else:
         view = svc.rent(
-            p, user, body.gpu_model, body.gpu_count, list(body.command), from_instance=body.from_instance, **args
+            p,
+            user,
+            body.gpu_model,
+            body.gpu_count,
+            list(body.command),
+            from_instance=body.from_instance,
+            from_snapshot=body.from_snapshot,
+            **args,
         )
     _wake(request)
     return InstanceOut.of(view)

@@ -73,6 +73,14 @@ class RentRequest(RunLimitsIn):
         description="Start with a copy of this stopped rental's workspace (your own); copied before any GPU is "
         "claimed, so not billed",
     )
+    from_snapshot: (
+        Annotated[
+            str,
+            Field(pattern=r"^s-[0-9a-f]{1,30}$", max_length=32),
+            limited("invalid_snapshot_id", "from_snapshot is a snapshot id, s- and hex", pattern=r"^s-[0-9a-f]{1,30}$"),
+        ]
+        | None
+    ) = Field(None, description="Start with this snapshot of a workspace (yours; `GET /snapshots`), restored unbilled")
 
 
 class StartRequest(BaseModel):

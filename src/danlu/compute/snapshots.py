@@ -1,0 +1,177 @@
+"""Snapshots of stopped workspaces (issue 26, item 4): ``danlu snapshot create ID``, ``danlu snapshots``,
+``danlu rent --from SNAPSHOT``, ``danlu snapshot rm``.
+
+Each billing account has its own restic repository (``DATA/snapshots/account-N``), encrypted with a
+random key the platform keeps for that account only (``DATA/snapshot-keys/account-N``, 0600, root):
+snapshots are deduplicated within the account (a second snapshot of an unchanged workspace stores
+nothing new) and one account's repository cannot be read with another's key, nor by anyone who gets
+the repository's files without the key. restic runs as root on the server's host, reads the workspace
+without following links (it stores a link as a link) and restores owners, modes and links as they
+were. Only a rental that is not running is snapshotted: nothing writes while restic reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from danlu.compute import fstree
+from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status
+from danlu.compute.views import get_owned, workspace_bytes
+from danlu.context import Platform
+from danlu.core.errors import Conflict, DanluError, InvalidInput, NotFound
+from danlu.db.models import Instance, Snapshot, User
+
+SNAPSHOT_ID_PREFIX = "s-"
+
+
+class SnapshotFailed(DanluError):
+    http_status = 503  # restic is missing or failed: the server could not, not the request was wrong
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    id: str
+    name: str
+    instance_id: str
+    size_bytes: int
+    added_bytes: int
+    created_at_ms: int
+
+
+def _view(row: Snapshot) -> SnapshotView:
+    return SnapshotView(row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms)
+
+
+def _repo(p: Platform, account_id: int) -> tuple[Path, Path]:
+    """The account's repository and key file, made on first use (the key: 32 random bytes, 0600)."""
+    base = p.settings.data_dir
+    repo, key = base / "snapshots" / f"account-{account_id}", base / "snapshot-keys" / f"account-{account_id}"
+    for folder in (repo.parent, key.parent):
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not key.exists():
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+    if not (repo / "config").exists():
+        _restic(p, repo, key, "init")
+    return repo, key
+
+
+def _restic(p: Platform, repo: Path, key: Path, *args: str) -> str:
+    if shutil.which("restic") is None:
+        raise SnapshotFailed("snapshots_unavailable", "restic is not installed on the server (Debian package restic)")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(p.settings.data_dir),
+        "RESTIC_REPOSITORY": str(repo),
+        "RESTIC_PASSWORD_FILE": str(key),
+        "RESTIC_CACHE_DIR": str(p.settings.data_dir / "snapshots" / ".cache"),
+    }
+    done = subprocess.run(["restic", *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise SnapshotFailed("snapshot_failed", f"restic {args[0]} failed: {done.stderr.strip()[-400:]}")
+    return done.stdout
+
+
+def create(p: Platform, user: User, instance_id: str, name: str = "") -> SnapshotView:
+    """Snapshot the renter's own instance's workspace while it is not running."""
+    if len(name) > 64 or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise InvalidInput("invalid_name", "snapshot names are at most 64 characters, without control characters")
+    with p.db.read() as s:
+        inst = get_owned(s, user, instance_id)
+        if inst.user_id != user.id:  # a teammate's workspace is theirs
+            raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
+        if Status(inst.status) not in KEEPS_WORKSPACE:
+            raise Conflict(
+                "source_running",
+                f"{instance_id} is {inst.status}; stop it first (`danlu stop {instance_id}`): a snapshot is taken "
+                "while nothing writes to the workspace",
+            )
+        if inst.workspace_released_at_ms is not None:
+            raise Conflict("workspace_released", f"{instance_id}'s workspace was released; nothing to snapshot")
+        account, workspace = inst.billing_account_id, Path(inst.workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    repo, key = _repo(p, account)
+    out = _restic(p, repo, key, "backup", "--json", "--host", "danlu", "--tag", instance_id, str(workspace))
+    summary = next((m for m in map(_json, out.splitlines()) if m.get("message_type") == "summary"), None)
+    if summary is None or not summary.get("snapshot_id"):
+        raise SnapshotFailed("snapshot_failed", "restic backup gave no snapshot id")
+    row = Snapshot(
+        id=SNAPSHOT_ID_PREFIX + secrets.token_hex(5),
+        user_id=user.id,
+        billing_account_id=account,
+        instance_id=instance_id,
+        name=name,
+        restic_id=str(summary["snapshot_id"]),
+        size_bytes=workspace_bytes(str(workspace)),
+        added_bytes=int(str(summary.get("data_added", 0))),
+        created_at_ms=p.clock.now_ms(),
+    )
+    with p.db.write() as s:
+        s.add(row)
+        s.flush()
+        return _view(row)
+
+
+def _json(line: str) -> dict[str, object]:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def list_snapshots(p: Platform, user: User) -> list[SnapshotView]:
+    with p.db.read() as s:
+        rows = s.scalars(select(Snapshot).where(Snapshot.user_id == user.id).order_by(Snapshot.created_at_ms))
+        return [_view(r) for r in rows]
+
+
+def _owned(p: Platform, user: User, snapshot_id: str) -> Snapshot:
+    with p.db.read() as s:
+        row = s.get(Snapshot, snapshot_id) if len(snapshot_id) <= 32 else None
+        if row is None or row.user_id != user.id:  # another renter's snapshot is not there
+            raise NotFound("snapshot_not_found", f"no snapshot {snapshot_id!r}; list yours with `danlu snapshots`")
+        s.expunge(row)
+        return row
+
+
+def remove(p: Platform, user: User, snapshot_id: str) -> None:
+    """Forget the snapshot and prune what only it held."""
+    row = _owned(p, user, snapshot_id)
+    repo, key = _repo(p, row.billing_account_id)
+    _restic(p, repo, key, "forget", "--prune", row.restic_id)
+    with p.db.write() as s:
+        gone = s.get(Snapshot, snapshot_id)
+        if gone is not None:
+            s.delete(gone)
+
+
+def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> tuple[int, str]:
+    """Restore the renter's own snapshot into a new workspace folder ``dest``; (bytes, instance it came from)."""
+    row = _owned(p, user, snapshot_id)
+    repo, key = _repo(p, row.billing_account_id)
+    with p.db.read() as s:
+        inst = s.get(Instance, row.instance_id)
+        source = inst.workspace if inst is not None else str(p.workspaces / row.instance_id)
+    # restic 0.14 (Debian 12) restores a snapshot's full path under the target: restore into a staging
+    # folder beside the new workspace (one file system), then move the workspace folder into place.
+    staging = dest.with_name(dest.name + ".restoring")
+    staging.mkdir(parents=True, mode=0o700)
+    try:
+        _restic(p, repo, key, "restore", row.restic_id, "--target", str(staging))
+        (staging / source.lstrip("/")).rename(dest)
+    except BaseException:
+        fstree.remove_tree(dest)
+        raise
+    finally:
+        fstree.remove_tree(staging)
+    return workspace_bytes(str(dest)), row.instance_id
