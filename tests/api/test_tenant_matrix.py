@@ -63,6 +63,7 @@ FAKE_IDS = {
     "token_id": "987654321",
     "key_id": "987654321",
     "link_id": "987654321",
+    "snapshot_id": "s-0000000000",
 }
 # Path parameters that name no object, with a valid value: the refusal must be about the object.
 NOT_IDS = {"port": "8888"}
@@ -129,6 +130,9 @@ def route_table(app: FastAPI) -> list[RouteInfo]:
             continue  # the console's pages: test_another_tenants_console_pages_answer_404_and_change_nothing
         body = route.body_field
         model = body.field_info.annotation if body is not None else None
+        optional = [a for a in typing.get_args(model) if a is not type(None)] if typing.get_origin(model) else []
+        if len(optional) == 1:  # ``Model | None``: an optional body (start's resize, a snapshot's name)
+            model = optional[0]
         assert model is None or (isinstance(model, type) and issubclass(model, BaseModel)), (
             f"{ctx.path}: request body {model!r} is not a pydantic model; teach the tenant matrix to build it"
         )
@@ -275,6 +279,8 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
         assert named.status_code == 201, named.text
         link = a.post(f"/instances/{rid}/ports/8888/links")  # A's link to an app of hers (issue 25)
         assert link.status_code == 201, link.text
+        snap = a.post(f"/instances/{sid}/snapshots", json={"name": "a-snap"})  # A's snapshot (issue 26)
+        assert snap.status_code == 201, snap.text
         app = live.server.config.app
         assert isinstance(app, FastAPI)
         w = World(live=live, app=app, a=a, b=b, a_name="tenant-a", team="a-team")
@@ -289,12 +295,14 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
             "token_id": [str(named.json()["id"])],
             "key_id": [str(key.json()["id"])],
             "link_id": [str(link.json()["id"])],
+            "snapshot_id": [str(snap.json()["id"])],
         }
         w.a_views = [
             "/instances",
             "/instances?all=true",
             *(f"/instances/{i}{suffix}" for i in (rid, sid) for suffix in ("", "/events", "/logs")),
             "/jobs",
+            "/snapshots",
             *(f"/jobs/{jid}{suffix}" for suffix in ("", "/events", "/logs")),
             "/balance",
             "/ledger",
