@@ -69,6 +69,8 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/stop_release.py
 	$(BIN)/python benchmarks/api_throughput.py
 	$(BIN)/python benchmarks/telemetry.py
+	$(BIN)/python benchmarks/file_copy.py
+	$(BIN)/python benchmarks/snapshots.py
 
 # The kill -9 drill at length (CI runs 20 kills per database in the test suite).
 KILLS ?= 100
