@@ -38,3 +38,30 @@ def test_a_stopped_instance_starts_on_other_gpus_at_the_price_the_page_showed(li
     set_password(live, "yan", "yan-password-1")
     other = sign_in(live, "yan", "yan-password-1")
     assert other.get(f"/instances/{iid}/resize").status_code == 404
+
+
+def test_snapshots_in_the_console_take_list_rent_from_and_remove(live: LiveServer) -> None:
+    with live.new_user("una", topup="500.00") as api:
+        cmd = ["sh", "-c", "echo kept > note; echo made; sleep 60"]
+        iid = api.post("/instances", json={"gpu_model": "T4", "command": cmd}).json()["id"]
+        wait_for(lambda: "made" in api.get(f"/instances/{iid}/logs").json()["text"])
+        assert api.post(f"/instances/{iid}/stop").status_code == 200
+        wait_for(lambda: api.get(f"/instances/{iid}").json()["status"] == "stopped")
+        set_password(live, "una", "una-password-1")
+        c = sign_in(live, "una", "una-password-1")
+        r = c.post(f"/instances/{iid}/snapshots", data={"csrf": csrf_of(c, f"/instances/{iid}"), "name": "before"})
+        assert r.status_code == 303, r.text
+        said = " ".join(flash(c.get(f"/instances/{iid}").text))
+        assert said.startswith("Snapshot s-") and "stored new" in said, said
+        [sid] = [s["id"] for s in api.get("/snapshots").json()]
+        listing = c.get("/instances").text
+        assert f'id="snap-{sid}"' in listing and "before" in listing
+        assert f'<option value="{sid}">From snapshot {sid} (before)' in c.get("/rent").text
+        form = {"csrf": csrf_of(c, "/rent"), "gpu_model": "T4", "gpu_count": "1", "plan": "on-demand", "image": "host"}
+        r = c.post("/rent", data={**form, "command": "sh -c 'cat note; sleep 60'", "from_snapshot": sid})
+        assert r.status_code == 303, r.text
+        new = r.headers["location"].rsplit("/", 1)[1]
+        wait_for(lambda: "kept" in api.get(f"/instances/{new}/logs").json()["text"])
+        r = c.post(f"/snapshots/{sid}/remove", data={"csrf": csrf_of(c, "/instances")})
+        assert r.status_code == 303 and f'id="snap-{sid}"' not in c.get("/instances").text
+        assert api.get("/snapshots").json() == []

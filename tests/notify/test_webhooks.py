@@ -98,6 +98,41 @@ def test_a_users_events_are_posted_signed_once_each(p: Platform, receiver: Recei
     assert StandardWebhook(hook.secret).sign(str(before), sent_at, body) != headers["webhook-signature"]  # id signed
 
 
+def test_a_rotated_secret_signs_beside_the_old_one_for_a_day_then_alone(
+    p: Platform, fake_clock: FakeClock, receiver: Receiver
+) -> None:
+    """Issue 28: a webhook's secret can be rotated without a receiver missing a delivery. For a day
+    ``webhook-signature`` carries the new and the old ``v1,`` signature (Standard Webhooks' list);
+    after it, the new one alone. The new secret is shown once; another renter's hook is not there."""
+    ann, eve = renter(p, "ann", None), renter(p, "eve", None)
+    hook = webhooks.add(p, ann, receiver.url)
+    rotated = webhooks.rotate_secret(p, ann, hook.id)
+    assert rotated.secret and hook.secret and rotated.secret != hook.secret and rotated.secret.startswith("whsec_")
+    assert webhooks.list_webhooks(p, ann)[0].secret is None
+    with pytest.raises(NotFound):
+        webhooks.rotate_secret(p, eve, hook.id)
+
+    def delivered(event_id: int) -> tuple[list[str], datetime, bytes, dict[str, str]]:
+        assert webhooks.enqueue(p) == 1 and webhooks.deliver_due(p) == (1, 0)
+        headers, body = receiver.got[-1]
+        assert headers["webhook-id"] == str(event_id)
+        return (
+            headers["webhook-signature"].split(" "),
+            datetime.fromtimestamp(int(headers["webhook-timestamp"]), UTC),
+            body,
+            headers,
+        )
+
+    first = event(p, ann)
+    sigs, at, body, headers = delivered(first)
+    assert sigs == [StandardWebhook(s).sign(str(first), at, body) for s in (rotated.secret, hook.secret)]
+    assert verify(rotated.secret, int(headers["x-danlu-timestamp"]), body, headers["x-danlu-signature"])
+    fake_clock.advance(seconds=24 * 3600)
+    second = event(p, ann)
+    sigs, at, body, _ = delivered(second)
+    assert sigs == [StandardWebhook(rotated.secret).sign(str(second), at, body)]  # the old one is done
+
+
 def test_standard_webhooks_libraries_verify_every_secret_we_made(fake_clock: FakeClock) -> None:
     """New secrets are whsec_ + standard base64; older ones were urlsafe base64 and are keyed as the
     libraries read them (lenient), so a receiver's library verifies both. Real time: the library

@@ -30,6 +30,17 @@ def add(
     )
 
 
+@webhook_app.command("rotate")
+def rotate(webhook_id: int, as_json: bool = JsonOpt) -> None:
+    """A new signing secret, printed once; the old one keeps signing beside it for a day."""
+    v = Client().post(f"/webhooks/{webhook_id}/rotate-secret")
+    if as_json:
+        print_json(v)
+        return
+    console.print(f"webhook {v['id']}: new secret (shown once): {v['secret']}", markup=False)
+    console.print("the old secret signs beside it for 24 h (a second v1, signature): switch receivers", markup=False)
+
+
 @webhook_app.command("rm")
 def rm(webhook_id: int) -> None:
     """Remove a webhook (its pending deliveries are dropped)."""

@@ -44,10 +44,10 @@ from danlu.compute.runs import (
     write_preempt_deadline,
 )
 from danlu.compute.storage import end_storage, start_storage
-from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
+from danlu.compute.views import InstanceView, get_owned, resting_workspace, show, workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity, NotFound
+from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
 from danlu.core.money import format_minor, parse_amount
 from danlu.db.models import AllocationRow, Event, Gpu, Hold, HostRow, Instance, InstanceEvent, Price, User
 
@@ -446,20 +446,7 @@ def copy_workspace(p: Platform, user: User, source_id: str, dest: Path) -> int:
     links as links (never follows one) and special files as such; nothing of the renter runs while
     a rental is stopped, so no folder can be swapped for a link during the copy."""
     with p.db.read() as s:
-        src = get_owned(s, user, source_id)
-        if src.user_id != user.id:  # a teammate's workspace is theirs, even where the team can see it
-            raise NotFound("instance_not_found", f"no instance {source_id!r}; list yours with `danlu ps`")
-        if Status(src.status) not in KEEPS_WORKSPACE:
-            raise Conflict(
-                "source_running",
-                f"{source_id} is {src.status}; stop it first (`danlu stop {source_id}`): a workspace is copied "
-                "while nothing writes to it",
-            )
-        if src.workspace_released_at_ms is not None:
-            raise Conflict(
-                "workspace_released",
-                f"{source_id}'s workspace was released at {iso(src.workspace_released_at_ms)}; nothing to copy",
-            )
+        src = resting_workspace(s, user, source_id, "copied")
         source = Path(src.workspace)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not source.is_dir():  # never started: an empty workspace

@@ -23,10 +23,9 @@ from pathlib import Path
 from sqlalchemy import select
 
 from danlu.compute import fstree
-from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status
-from danlu.compute.views import get_owned, workspace_bytes
+from danlu.compute.views import resting_workspace, workspace_bytes
 from danlu.context import Platform
-from danlu.core.errors import Conflict, DanluError, InvalidInput, NotFound
+from danlu.core.errors import DanluError, InvalidInput, NotFound
 from danlu.db.models import Instance, Snapshot, User
 
 SNAPSHOT_ID_PREFIX = "s-"
@@ -86,17 +85,7 @@ def create(p: Platform, user: User, instance_id: str, name: str = "") -> Snapsho
     if len(name) > 64 or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise InvalidInput("invalid_name", "snapshot names are at most 64 characters, without control characters")
     with p.db.read() as s:
-        inst = get_owned(s, user, instance_id)
-        if inst.user_id != user.id:  # a teammate's workspace is theirs
-            raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
-        if Status(inst.status) not in KEEPS_WORKSPACE:
-            raise Conflict(
-                "source_running",
-                f"{instance_id} is {inst.status}; stop it first (`danlu stop {instance_id}`): a snapshot is taken "
-                "while nothing writes to the workspace",
-            )
-        if inst.workspace_released_at_ms is not None:
-            raise Conflict("workspace_released", f"{instance_id}'s workspace was released; nothing to snapshot")
+        inst = resting_workspace(s, user, instance_id, "snapshotted")
         account, workspace = inst.billing_account_id, Path(inst.workspace)
     workspace.mkdir(parents=True, exist_ok=True)
     repo, key = _repo(p, account)

@@ -28,9 +28,10 @@ from danlu.billing.storage import MIB as storage_mib
 from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.billing.storage import policy as storage_policy
 from danlu.compute import fstree
-from danlu.compute.lifecycle import Status
+from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status
 from danlu.context import Platform
-from danlu.core.errors import Forbidden, NotFound
+from danlu.core.clock import iso
+from danlu.core.errors import Conflict, Forbidden, NotFound
 from danlu.db.models import AllocationRow, Gpu, Instance, InstanceEvent, Price, User
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,27 @@ def get_owned(
     if for_update and not teams.may_manage(session, user, inst.user_id, inst.billing_account_id):
         raise Forbidden(
             "team_role_required", "only the renter or the team's owners and admins can change this instance"
+        )
+    return inst
+
+
+def resting_workspace(session: Session, user: User, instance_id: str, doing: str) -> Instance:
+    """The renter's own instance whose workspace nothing writes to (stopped, exited, failed, lost), for
+    ``doing`` it (copying, snapshotting): a teammate's workspace is theirs even where the team sees it
+    (404), a running one is ``source_running``, a released one ``workspace_released``."""
+    inst = get_owned(session, user, instance_id)
+    if inst.user_id != user.id:
+        raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
+    if Status(inst.status) not in KEEPS_WORKSPACE:
+        raise Conflict(
+            "source_running",
+            f"{instance_id} is {inst.status}; stop it first (`danlu stop {instance_id}`): its workspace is "
+            f"{doing} while nothing writes to it",
+        )
+    if inst.workspace_released_at_ms is not None:
+        raise Conflict(
+            "workspace_released",
+            f"{instance_id}'s workspace was released at {iso(inst.workspace_released_at_ms)}; nothing to do",
         )
     return inst
 

@@ -24,12 +24,14 @@ from danlu.api.routers import instances as instances_api
 from danlu.api.routers import invoices as invoices_api
 from danlu.api.routers import jobs as jobs_api
 from danlu.api.routers import ports as ports_api
+from danlu.api.routers import snapshots as snapshots_api
 from danlu.api.routers import telemetry as telemetry_api
 from danlu.api.routers import vouchers as vouchers_api
+from danlu.api.routers.snapshots import SnapshotIn
 from danlu.api.schemas.accounts import BalanceOut, LedgerLineOut
 from danlu.api.schemas.instances import InstanceOut, OfferOut, RentRequest, StartRequest
 from danlu.billing import service as billing
-from danlu.compute import views
+from danlu.compute import snapshots, views
 from danlu.compute.images import list_images
 from danlu.compute.offers import list_offers
 from danlu.console.web import (
@@ -148,7 +150,10 @@ def rent_form(ctx: Page, gpu: Annotated[str, Query(max_length=64)] = "") -> Resp
     offers_now = [OfferOut.of(o) for o in list_offers(ctx.platform) if o.price_per_hour_minor is not None]
     estimates = {o.gpu_model: _estimates(ctx, o) for o in offers_now}
     gpu = gpu if gpu in estimates else (offers_now[0].gpu_model if offers_now else "")
-    return ctx.render("rent.html", offers=offers_now, images=list_images(ctx.platform), gpu=gpu, estimates=estimates)
+    snaps = snapshots.list_snapshots(ctx.platform, ctx.me)
+    return ctx.render(
+        "rent.html", offers=offers_now, images=list_images(ctx.platform), gpu=gpu, estimates=estimates, snapshots=snaps
+    )
 
 
 def _estimates(ctx: Page, o: OfferOut) -> dict[str, str]:
@@ -172,6 +177,7 @@ def rent(
     name: Annotated[str, Form(max_length=64)] = "",
     plan: Annotated[str, Form(pattern="^(on-demand|interruptible)$")] = "on-demand",
     idle_stop: Annotated[str, Form(max_length=16)] = "",
+    from_snapshot: Annotated[str, Form(max_length=32)] = "",
 ) -> Response:
     try:
         argv = shlex.split(command)
@@ -188,6 +194,7 @@ def rent(
         image=image or "host",
         interruptible=plan == "interruptible",
         idle_stop=idle_stop.strip() or None,
+        from_snapshot=from_snapshot or None,
     )
     out = instances_api.rent(body, ctx.platform, ctx.me, ctx.request)
     return with_flash(back(f"/instances/{out.id}"), "ok", ctx._("Rented. GPU billing runs while it is running."))
@@ -199,7 +206,23 @@ def rent(
 @router.get("/instances")
 def instances(ctx: Page) -> Response:
     rows = [InstanceOut.of(v) for v in views.list_instances(ctx.platform, ctx.me)]
-    return ctx.render("instances.html", instances=rows)
+    return ctx.render("instances.html", instances=rows, snapshots=snapshots.list_snapshots(ctx.platform, ctx.me))
+
+
+@router.post("/instances/{instance_id}/snapshots")
+def take_snapshot(ctx: Post, instance_id: str, name: Annotated[str, Form(max_length=64)] = "") -> Response:
+    """`danlu snapshot create ID`: a stopped instance's workspace, deduplicated and encrypted."""
+    snap = snapshots_api.create(_checked_id(instance_id), ctx.platform, ctx.me, validated(SnapshotIn, name=name))
+    said = ctx._("Snapshot %(id)s taken: %(new)s stored new.") % {"id": snap.id, "new": ctx.fmt.mib(snap.added_bytes)}
+    return with_flash(back(f"/instances/{instance_id}"), "ok", said)
+
+
+@router.post("/snapshots/{snapshot_id}/remove")
+def remove_snapshot(ctx: Post, snapshot_id: str) -> Response:
+    if len(snapshot_id) > 32 or not snapshot_id.replace("-", "").isalnum():
+        raise NotFound("snapshot_not_found", "there is no such snapshot here")
+    snapshots.remove(ctx.platform, ctx.me, snapshot_id)
+    return with_flash(back("/instances"), "ok", ctx._("Snapshot removed."))
 
 
 @router.get("/instances/{instance_id}")

@@ -736,6 +736,9 @@ class Webhook(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     url: Mapped[str] = mapped_column(Text)
     secret: Mapped[str] = mapped_column(String(64))
+    # during a rotation the old secret signs beside the new one until previous_until_ms
+    previous_secret: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    previous_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     kinds: Mapped[str] = mapped_column(Text, default="")
     cursor_event_id: Mapped[int] = mapped_column(Integer, default=0)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)

@@ -91,6 +91,10 @@ class Formatter:
     def number(self, value: int | str) -> str:
         return str(format_decimal(Decimal(value), locale=self.locale))
 
+    def mib(self, n_bytes: int) -> str:
+        """A size in MiB, one decimal, in the page's number format (a workspace, a snapshot)."""
+        return f"{format_decimal(Decimal(n_bytes) / (1 << 20), format='#,##0.0', locale=self.locale)} MiB"
+
     def when_ms(self, ms: int | None) -> str:
         if ms is None:
             return "—"

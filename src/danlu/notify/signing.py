@@ -58,18 +58,22 @@ def standard_key(secret: str) -> bytes | None:
         return None
 
 
-def standard_headers(secret: str, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+def standard_headers(
+    secret: str, message_id: str, timestamp: int, body: bytes, also: str | None = None
+) -> dict[str, str]:
     """The Standard Webhooks headers, or none for a secret no library can read (the hook still gets
-    the older ``X-Danlu-Signature``; a new secret gives it these)."""
-    key = standard_key(secret)
-    if key is None:
+    the older ``X-Danlu-Signature``; a new secret gives it these). ``also``: a second secret (the one a
+    rotation replaced, while it overlaps): its ``v1,`` signature follows, space-separated, as the
+    scheme allows, so a receiver holding either secret verifies."""
+    signatures = []
+    for one in (secret, also):
+        key = standard_key(one) if one else None
+        if key is not None:
+            mac = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+            signatures.append("v1," + base64.b64encode(mac).decode())
+    if not signatures or standard_key(secret) is None:
         return {}
-    mac = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return {
-        "webhook-id": message_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
-    }
+    return {"webhook-id": message_id, "webhook-timestamp": str(timestamp), "webhook-signature": " ".join(signatures)}
 
 
 def next_retry_s(attempts: int) -> int | None:

@@ -60,6 +60,8 @@ KINDS = (
 )
 TIMEOUT_S = 5.0
 BATCH = 50
+
+
 class Delivery(StrEnum):
     PENDING = "pending"  # waiting for its next attempt
     DELIVERED = "delivered"  # the receiver answered 2xx
@@ -196,6 +198,22 @@ def list_webhooks(p: Platform, user: User) -> list[WebhookView]:
         ]
 
 
+ROTATION_OVERLAP_MS = 24 * 3_600_000  # the old secret keeps signing beside the new one this long
+
+
+def rotate_secret(p: Platform, user: User, webhook_id: int) -> WebhookView:
+    """A new secret for the webhook, shown once; the old one signs beside it for a day (a second
+    signature in ``webhook-signature``) so the receiver can switch without missing a delivery. A
+    second rotation inside that day drops the oldest."""
+    secret = new_secret()
+    with p.db.write() as s:
+        hook = _owned(s, user, webhook_id)
+        hook.previous_secret, hook.previous_until_ms = hook.secret, p.clock.now_ms() + ROTATION_OVERLAP_MS
+        hook.secret = secret
+        kinds = [k for k in hook.kinds.split(",") if k]
+        return WebhookView(hook.id, hook.url, kinds, hook.created_at_ms, secret=secret)
+
+
 def remove(p: Platform, user: User, webhook_id: int) -> None:
     with p.db.write() as s:
         hook = _owned(s, user, webhook_id)
@@ -289,12 +307,20 @@ class _Due:
     secret: str
     event_id: int
     body: bytes
+    previous_secret: str | None = None  # a rotation's old secret while it still signs
 
 
 def _due(p: Platform, now: int, limit: int) -> list[_Due]:
     with p.db.read() as s:
         rows = s.execute(
-            select(WebhookDelivery.id, Webhook.url, Webhook.secret, Event)
+            select(
+                WebhookDelivery.id,
+                Webhook.url,
+                Webhook.secret,
+                Event,
+                Webhook.previous_secret,
+                Webhook.previous_until_ms,
+            )
             .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
             .join(Event, Event.id == WebhookDelivery.event_id)
             .where(WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_ms <= now)
@@ -317,8 +343,9 @@ def _due(p: Platform, now: int, limit: int) -> list[_Due]:
                     },
                     separators=(",", ":"),
                 ).encode(),
+                previous if previous is not None and until is not None and now < until else None,
             )
-            for did, url, secret, ev in rows
+            for did, url, secret, ev, previous, until in rows
         ]
 
 
@@ -336,7 +363,7 @@ def _attempt(p: Platform, d: _Due, client: httpx.Client) -> tuple[int | None, st
         "X-Danlu-Delivery": str(d.id),
         "X-Danlu-Timestamp": str(ts),
         "X-Danlu-Signature": signature(d.secret, ts, d.body),  # the older headers, for one release
-        **standard_headers(d.secret, str(d.event_id), ts, d.body),
+        **standard_headers(d.secret, str(d.event_id), ts, d.body, also=d.previous_secret),
         **host,
     }
     try:

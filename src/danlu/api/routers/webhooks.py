@@ -83,6 +83,13 @@ def list_webhooks(p: PlatformDep, user: CurrentUser) -> list[WebhookOut]:
     return [WebhookOut.of(v) for v in svc.list_webhooks(p, user)]
 
 
+@router.post("/{webhook_id}/rotate-secret", response_model=WebhookOut, responses=errors(404))
+def rotate_secret(webhook_id: WebhookIdPath, p: PlatformDep, user: CurrentUser) -> WebhookOut:
+    """A new signing secret, shown once. For a day the old one signs too: ``webhook-signature`` carries
+    both ``v1,`` signatures (space-separated), so a receiver holding either verifies; then only the new."""
+    return WebhookOut.of(svc.rotate_secret(p, user, webhook_id))
+
+
 @router.delete("/{webhook_id}", status_code=204, responses=errors(404))
 def remove(webhook_id: WebhookIdPath, p: PlatformDep, user: CurrentUser) -> Response:
     svc.remove(p, user, webhook_id)
