@@ -14,6 +14,10 @@ import pytest
 
 from tests.conftest import LiveServer, wait_for
 
+# One database: restic is the work here, the database one row per snapshot (the tenant matrix takes a
+# snapshot on both databases).
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
 MAKE = "mkdir -p d; head -c 3000000 /dev/urandom > d/blob; echo v1 > note; ln -sf /etc/passwd link; echo made; sleep 60"
 
 

@@ -605,6 +605,7 @@ def test_another_tenants_console_pages_answer_404_and_change_nothing(world: Worl
         "webhook_id": world.objects["webhook_id"],
         "token_id": world.objects["token_id"],
         "link_id": world.objects["link_id"],
+        "snapshot_id": world.objects["snapshot_id"],
         "port": [NOT_IDS["port"]],  # a valid port: the refusal must be about the object
         "name": [world.team, world.a_name],
         "user_name": [world.a_name, "team-member"],

@@ -8,7 +8,12 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_contract import Cli, server  # noqa: F401 - the real-server fixture
+
+# One database: the CLI over the API, which tests/api/test_resize.py runs on both databases.
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
 def test_start_resized_shows_the_price_first_and_keeps_the_workspace(server: tuple[str, Path]) -> None:  # noqa: F811

@@ -91,7 +91,7 @@ def test_a_built_image_says_what_it_holds_and_a_rental_runs_python_in_it(live: L
         assert (held["suite"], held["apt"], held["pip"]) == ("bookworm", ["python3-minimal"], [])
         assert held["debian_packages"] > 50 and img["size_bytes"] > 50 * 2**20
         cmd = ["sh", "-c", "python3 -c 'import sys; print(\"python\", sys.version_info[0])'; "
-               "grep -c . /etc/danlu-image.packages; sleep 60"]  # fmt: skip
+               "grep -c . /etc/danlu-image.packages; echo done; sleep 60"]  # fmt: skip
         r = c.post("/instances", json={"gpu_model": "T4", "command": cmd, "image": "py"})
         assert r.status_code == 201, r.text
         iid = r.json()["id"]
@@ -99,6 +99,7 @@ def test_a_built_image_says_what_it_holds_and_a_rental_runs_python_in_it(live: L
         def log() -> str:
             return str(c.get(f"/instances/{iid}/logs").json()["text"])
 
-        wait_for(lambda: "python 3" in log() or c.get(f"/instances/{iid}").json()["status"] != "running", timeout=60)
+        # the command's own last line marks that everything before it is in the log
+        wait_for(lambda: "done" in log() or c.get(f"/instances/{iid}").json()["status"] != "running", timeout=60)
         assert f"python 3\n{held['debian_packages']}\n" in log(), log()
         c.delete(f"/instances/{iid}")

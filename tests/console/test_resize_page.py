@@ -4,8 +4,13 @@ same page in 简体中文. Real HTTP, real sandbox, both databases."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import LiveServer, wait_for
 from tests.console.helpers import csrf_of, flash, set_password, sign_in
+
+# One database: pages over the API's code paths, which tests/api/test_resize.py runs on both databases.
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
 def test_a_stopped_instance_starts_on_other_gpus_at_the_price_the_page_showed(live: LiveServer) -> None:
