@@ -23,13 +23,13 @@ run: $(STAMP) system-deps
 	$(BIN)/danlu server --data-dir $(DATA_DIR) --port $(PORT) --ssh-port $(SSH_PORT)
 
 # Tests run in parallel processes (pytest-xdist): most of their time is waiting on real servers,
-# sandboxes and meter intervals, so 4 workers fit 2 cores (3 took 1,330 s at stop 37, over the 20-minute
-# budget). TEST_WORKERS=0 runs them in one process.
+# sandboxes and meter intervals, so 3 workers fit 2 cores (4 took 1,412 s at stop 37 against 3's 1,330 s:
+# the suite is CPU-bound there, load average 6). TEST_WORKERS=0 runs them in one process.
 # loadscope sends each module to one worker, so a costly module-scoped fixture (the kill drill) is
 # built once per database, not once per worker that got one of its tests (--dist loadgroup would be
 # finer, but pytest-xdist 3.8 cannot group tests under pytest 9.2: it renames a node id pytest no
 # longer reads).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 CJK_FONT := /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc:fonts-wqy-zenhei
 test: $(STAMP) system-deps
 	@tools/install-system-deps.sh slurmctld:slurm-wlm munged:munge   # the Slurm tests' development cluster
