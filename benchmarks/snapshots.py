@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from session_latency import build, served
 
 from danlu.db.models import Instance
+from danlu.server.loop import ControlLoop
 
 
 def timed(fn: Any) -> tuple[float, Any]:
@@ -60,6 +61,8 @@ def main() -> int:
             f.write(os.urandom(1 << 20))
     os.chown(workspace / "weights.bin", uid, uid)
     rows: list[dict[str, Any]] = []
+    loop = ControlLoop(p)  # stops become "stopped" on its reconcile pass, as in `danlu server`
+    loop.start()
     with served(p, root) as port:
         c = httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", headers={"Authorization": f"Bearer {token}"},
                          timeout=3600)  # fmt: skip
@@ -92,6 +95,7 @@ def main() -> int:
              "mib_per_s": mib / restore_s, "x_cp": ref_cp / restore_s},
             {"what": "resize on start, 1 -> 2 GPUs", "s": resize_s},
         ]  # fmt: skip
+    loop.stop()
     if args.json:
         print(json.dumps({"mib": args.mib, "rows": rows, "load": os.getloadavg()}))
         return 0
