@@ -6,12 +6,23 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import typer
 
 from danlu.cli.client import Client
-from danlu.cli.output import JsonOpt, build_table, console, err_console, human, parse_env, print_json, print_table
+from danlu.cli.output import (
+    JsonOpt,
+    build_table,
+    console,
+    err_console,
+    fail,
+    human,
+    parse_env,
+    print_json,
+    print_table,
+)
 from danlu.cli.schedule_cmds import schedule_text
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, feed, limits_body, limits_text
 
@@ -278,10 +289,6 @@ def _confirm_resize(
 ) -> str:
     """Print what the new shape costs an hour (the offers' list price, all its GPUs) and ask; returns
     the price shown, which the server holds the start to (409 price_changed if it moved)."""
-    from decimal import Decimal
-
-    from danlu.cli.output import fail
-
     inst = client.get(f"/instances/{instance_id}")
     model, n = gpu or inst["gpu_model"], count or inst["gpu_count"]
     offers = {o["gpu_model"].lower(): o for o in client.get("/offers")}

@@ -391,7 +391,7 @@ def rent(
     if from_instance:
         copied = copy_workspace(p, user, from_instance, p.workspaces / instance_id)
     elif from_snapshot:
-        copied, _ = snapshots.restore(p, user, from_snapshot, p.workspaces / instance_id)
+        copied = snapshots.restore(p, user, from_snapshot, p.workspaces / instance_id)
     try:
         with p.db.write() as s:
             now = p.clock.now_ms()
@@ -497,15 +497,16 @@ def start(
                 "stopped past the retention period (you were warned); rent a new instance",
             )
         was = (inst.gpu_model, inst.gpu_count)
+        resized = (model or inst.gpu_model, gpu_count or inst.gpu_count) != was
         reason = "start requested"
-        if (model or was[0], gpu_count or was[1]) != was:
+        if resized:
             if inst.job_id is not None:
                 raise Conflict("resize_job_run", "a job's run is sized by its job; resubmit the job with --gpus")
-            inst.gpu_model, inst.gpu_count = model or was[0], gpu_count or was[1]
+            inst.gpu_model, inst.gpu_count = model or inst.gpu_model, gpu_count or inst.gpu_count
             reason = f"start requested; resized from {was[1]}× {was[0]} to {inst.gpu_count}× {inst.gpu_model}"
         alloc = open_allocation(p, s, inst, now, plan=rental_plan(inst))
-        _check_price(s, alloc, expected_price)
-        if (inst.gpu_model, inst.gpu_count) != was:
+        _check_price(alloc, expected_price)
+        if resized:
             _check_workspace_fits(s, inst, alloc)
         inst.exit_code = None
         inst.run_handle = None
@@ -516,7 +517,7 @@ def start(
     return show(p, user, instance_id)
 
 
-def _check_price(s: Session, alloc: AllocationRow, expected_price: str | None) -> None:
+def _check_price(alloc: AllocationRow, expected_price: str | None) -> None:
     """The hourly list price of the allocation (all its GPUs) must be the one the renter confirmed."""
     if expected_price is None or alloc.hold_id is not None:  # on a prepaid hold: nothing more to pay
         return

@@ -23,7 +23,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from danlu.compute import fstree
-from danlu.compute.views import resting_workspace, workspace_bytes
+from danlu.compute.views import resting_workspace
 from danlu.context import Platform
 from danlu.core.errors import DanluError, InvalidInput, NotFound
 from danlu.db.models import Instance, Snapshot, User
@@ -100,7 +100,7 @@ def create(p: Platform, user: User, instance_id: str, name: str = "") -> Snapsho
         instance_id=instance_id,
         name=name,
         restic_id=str(summary["snapshot_id"]),
-        size_bytes=workspace_bytes(str(workspace)),
+        size_bytes=int(str(summary.get("total_bytes_processed", 0))),  # restic read every file once
         added_bytes=int(str(summary.get("data_added", 0))),
         created_at_ms=p.clock.now_ms(),
     )
@@ -144,8 +144,8 @@ def remove(p: Platform, user: User, snapshot_id: str) -> None:
             s.delete(gone)
 
 
-def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> tuple[int, str]:
-    """Restore the renter's own snapshot into a new workspace folder ``dest``; (bytes, instance it came from)."""
+def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> int:
+    """Restore the renter's own snapshot into a new workspace folder ``dest``; its size in bytes."""
     row = _owned(p, user, snapshot_id)
     repo, key = _repo(p, row.billing_account_id)
     with p.db.read() as s:
@@ -163,4 +163,4 @@ def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> tuple[int,
         raise
     finally:
         fstree.remove_tree(staging)
-    return workspace_bytes(str(dest)), row.instance_id
+    return row.size_bytes

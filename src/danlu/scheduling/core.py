@@ -244,21 +244,21 @@ def _choose(
     if policy.choice == "any":
         # A uniformly random type among those with room now, as Gavel's FIFO pools a type's GPUs
         # across servers: on one host where one has room, else spread (when the job may).
-        room: list[tuple[str, str | None, Parts | None]] = []
+        room: list[tuple[str, int, str, Parts]] = []  # (model, duration, host or SPREAD, parts)
         for m in models:
             host = timeline.startable_now(m, job.gpus, job.durations_ms[m])
-            parts = None
-            if host is None and spread_into is not None:
-                parts = timeline.spread_now(m, job.gpus, job.spread_ms(m, view.spread_slowdown))
-            if host is not None or parts is not None:
-                room.append((m, host, parts))
-        if room:
-            model, host, parts = room[any_type_index(job.id, len(room), policy.seed)]
             if host is not None:
-                return (now, now + job.durations_ms[model], model, host)
-            assert spread_into is not None and parts is not None
-            spread_into[model] = parts
-            return (now, now + job.spread_ms(model, view.spread_slowdown), model, SPREAD)
+                room.append((m, job.durations_ms[m], host, ()))
+            elif spread_into is not None:
+                slower = job.spread_ms(m, view.spread_slowdown)
+                parts = timeline.spread_now(m, job.gpus, slower)
+                if parts is not None:
+                    room.append((m, slower, SPREAD, parts))
+        if room:
+            model, duration, host, parts = room[any_type_index(job.id, len(room), policy.seed)]
+            if host == SPREAD and spread_into is not None:
+                spread_into[model] = parts
+            return (now, now + duration, model, host)
         if not can_reserve:
             return None
         later = [_earliest(timeline, job, m) for m in models]
