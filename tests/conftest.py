@@ -126,6 +126,10 @@ def _remove_sandbox_folders() -> Iterator[None]:
 # The host-wide registry of --sandbox-uids claims (danlu.server.uid_claims): the suite's `danlu server`s
 # share uid ranges on purpose (per worker, or the default), so each test process has its own registry and
 # each test its own, or two tests' servers would refuse each other. tests/server/test_uid_claims.py shares one.
+# The suite's `danlu server`s keep the disk watcher: with a loop mount per workspace, the instances tests leave
+# behind would leave mounts and loop devices behind. tests/sandbox/test_disk_image.py tests the kernel's limit
+# (the production default where the server is root), releasing everything it mounts.
+os.environ.setdefault("DANLU_DISK_LIMIT", "watch")
 os.environ.setdefault("DANLU_UID_REGISTRY", str(_SANDBOX_BASE.with_name(f"danlu-test-uids-{os.getpid()}.json")))
 
 
@@ -191,6 +195,7 @@ def make_platform(
     *,
     network: str = "auto",
     cgroups: str = "auto",
+    disk: str = "watch",
     host_settings: dict[str, int | str] | None = None,
     **settings: object,
 ) -> tuple[Platform, str]:
@@ -198,7 +203,7 @@ def make_platform(
     as in production); returns it and the admin token."""
     _from_migrated_template(db_url)
     db = open_database(db_url)
-    backend, sandbox = make_local_backend(data_dir, network=network, cgroups=cgroups)
+    backend, sandbox = make_local_backend(data_dir, network=network, cgroups=cgroups, disk=disk)
     sandbox_dir = sandbox_folder() if sandbox.identity == "per-renter uid" else None
     boot = bootstrap(
         db,

@@ -6,8 +6,10 @@
 # Extra command:package pairs may follow (`make bench` adds wrk:wrk); /a/file:package checks for a file.
 set -u
 need=()
+# e2fsprogs + mount (losetup): each workspace's own file system, the kernel's disk limit (danlu.compute.sandbox.volume).
 # restic: snapshots of workspaces (danlu.compute.snapshots). openssh-sftp-server: the SSH gateway runs sftp-server inside a rental's sandbox (the host image's).
 for pair in bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables ip:iproute2 setpriv:util-linux keyctl:keyutils busybox:busybox-static restic:restic \
+  mkfs.ext4:e2fsprogs resize2fs:e2fsprogs losetup:mount \
   /usr/lib/openssh/sftp-server:openssh-sftp-server "$@"; do
   what="${pair%%:*}"
   if [[ "$what" == /* ]]; then [ -e "$what" ] || need+=("${pair#*:}")   # a file the package installs (a font)

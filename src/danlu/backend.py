@@ -332,6 +332,13 @@ class SandboxStatus:
     network: str = "host"  # the effective default network policy of this host
     identity: str = "platform user"  # per-renter uid | platform user
     outbound_ok: bool = False  # whether the ``outbound`` policy can be chosen for this host
+    disk: str = "none"  # how the workspace disk limit holds: kernel | watched | none
+
+    @property
+    def disk_enforced_by(self) -> str:
+        if self.disk == "kernel":
+            return "kernel (an ext4 file system of the limit's size)"
+        return "a check every 15 s (no kernel limit on this host)" if self.disk == "watched" else "none"
 
     @property
     def sandboxed(self) -> bool:
@@ -339,7 +346,8 @@ class SandboxStatus:
 
     def banner(self) -> str:
         if self.mode == "bubblewrap":
-            what = f"{self.identity}; limits by {self.limits}; network {self.network}"
+            what = f"{self.identity}; limits by {self.limits}; disk limit by {self.disk_enforced_by}"
+            what += f"; network {self.network}"
             return f"sandbox: bubblewrap ({what}) — {self.detail}"
         if self.mode == "off":
             return f"sandbox: OFF (--no-sandbox) — {self.detail}"

@@ -221,7 +221,8 @@ def sandbox_text(sb: dict[str, Any] | None) -> str:
     return (
         f"bubblewrap, uid {sb.get('uid')}, network {sb.get('network')}, {cpus:g} vCPU, "
         f"{sb.get('memory_mb')} MiB RAM, {sb.get('pids')} processes, {sb.get('disk_mb')} MiB disk "
-        f"(enforced by {sb.get('limits_enforced_by')})"
+        f"(enforced by {sb.get('limits_enforced_by')}; "
+        f"the disk limit by {sb.get('disk_enforced_by', 'a check every 15 s')})"
     )
 
 

@@ -81,6 +81,13 @@ def server(
         help="Sandbox network policy of this host: auto (outbound where it works), none, outbound, host.",
     ),
     cgroups: str = typer.Option("auto", "--cgroups", help="Limits through cgroups: auto, v2, v1, off (rlimits)."),
+    disk_limit: str = typer.Option(
+        "auto",
+        "--disk-limit",
+        help="How workspaces' disk limits hold: auto (image where this host can), image (an ext4 file system of "
+        "the limit's size per workspace: the kernel refuses writes past it; needs root and loop devices), "
+        "watch (measured every 15 s, the run stopped when over).",
+    ),
     sandbox_uids: str = typer.Option(
         "2000000-2999999", "--sandbox-uids", help="Range of unprivileged uids given to renters, one each."
     ),

@@ -43,6 +43,7 @@ from danlu.compute.runs import (
     prepare_control_dir,
     write_preempt_deadline,
 )
+from danlu.compute.sandbox import volume
 from danlu.compute.storage import end_storage, start_storage
 from danlu.compute.views import InstanceView, get_owned, resting_workspace, show, workspace_bytes
 from danlu.context import Platform
@@ -677,5 +678,6 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
         p.backend.release(handle)
     elif orphaned:
         p.backend.discard(instance_id)
+    volume.release(p.workspaces / instance_id)  # its own file system, where the kernel holds the disk limit
     for folder in (p.workspaces / instance_id, p.run_dirs / instance_id, p.control_dir(instance_id)):
         fstree.remove_tree(folder)  # renter-built trees of any depth (shutil.rmtree recursed and raised)

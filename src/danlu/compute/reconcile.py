@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
@@ -37,6 +38,7 @@ from danlu.compute import fstree, hold_ends
 from danlu.compute.instances import is_launching, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
 from danlu.compute.runs import write_preempt_deadline
+from danlu.compute.sandbox import volume
 from danlu.compute.storage import end_storage
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -342,6 +344,7 @@ def storage_retention(p: Platform) -> tuple[int, int]:
                     )
                 )
                 workspace = inst.workspace
+            volume.release(Path(workspace))
             fstree.remove_tree(workspace)
             released += 1
     return warned, released

@@ -126,6 +126,7 @@ def build_spec(
             "network": network,
             "image": inst.image,
             "limits_enforced_by": p.sandbox.limits if p.sandbox.sandboxed else "none",
+            "disk_enforced_by": p.sandbox.disk_enforced_by if p.sandbox.sandboxed else "none",
             **limits.describe(),
         },
         sort_keys=True,

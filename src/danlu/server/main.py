@@ -18,6 +18,7 @@ from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, pa
 from danlu.compute.backends.slurm import discover as discover_slurm
 from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC, DiscoveredGpu, discover_nvml, parse_simulated_spec
 from danlu.compute.limits import parse_seconds, parse_threshold
+from danlu.compute.sandbox import volume
 from danlu.compute.sandbox.probe import make_local_backend, sandbox_dir_for
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
@@ -71,7 +72,11 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         uid_first, uid_count = parse_uid_range(opts.sandbox_uids)
         try:
             local, sandbox = make_local_backend(
-                data_dir, no_sandbox=opts.no_sandbox, cgroups=opts.cgroups, network=opts.network or "auto"
+                data_dir,
+                no_sandbox=opts.no_sandbox,
+                cgroups=opts.cgroups,
+                network=opts.network or "auto",
+                disk=opts.disk_limit if slurm is None else "watch",  # Slurm nodes' runners watch (docs/slurm.md)
             )
         except (OSError, ValueError) as exc:
             raise DanluError("sandbox_setup", str(exc)) from None
@@ -85,6 +90,8 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         clock = SystemClock()
         database = open_database(url)
         sandbox_dir = opts.sandbox_dir.resolve() if opts.sandbox_dir else sandbox_dir_for(data_dir, sandbox)
+        if local.sandbox is not None and local.sandbox.disk == "image":
+            volume.mount_all(sandbox_dir)  # workspaces' file systems (a reboot unmounted them)
         boot = bootstrap(
             database,
             data_dir,

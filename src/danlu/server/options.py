@@ -37,6 +37,7 @@ class ServerOptions:
     no_sandbox: bool = False
     network: str | None = None
     cgroups: str = "auto"
+    disk_limit: str = "auto"
     sandbox_uids: str = "2000000-2999999"
     cpus_per_gpu: float | None = None
     mem_per_gpu: str | None = None

@@ -52,7 +52,7 @@ from danlu.compute.backends import netns
 from danlu.compute.backends.entering import enter_plain, enter_sandbox
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
-from danlu.compute.sandbox import bwrap
+from danlu.compute.sandbox import bwrap, volume
 from danlu.compute.sandbox.disk import DiskWatcher, Watched, file_limit, violation
 from danlu.compute.sandbox.netstat import NetCounter
 
@@ -98,6 +98,14 @@ def _tree_usage(roots: dict[str, int]) -> tuple[dict[str, RunUsage], dict[int, l
             stack.extend(children.get(pid, ()))
         out[handle] = RunUsage(cpu_s, rss)
     return out, children
+
+
+def volume_folder(spec: RunSpec) -> Path:
+    """The folder the disk limit covers: the workspace, or a job's folder holding its workspace and
+    checkpoints (one limit for both)."""
+    if spec.checkpoints is not None and spec.checkpoints.parent == spec.workspace.parent:
+        return spec.workspace.parent
+    return spec.workspace
 
 
 def _chown_private(path: Path, uid: int | None) -> None:
@@ -152,6 +160,10 @@ class LocalBackend:
         for suffix in ("exit", "started", "reason"):
             (run_dir / f"{spec.run_id}.{suffix}").unlink(missing_ok=True)
         uid = spec.uid if self.sandbox is not None and self.sandbox.as_root else None
+        kernel_disk = self.sandbox is not None and self.sandbox.disk == "image" and spec.limits is not None
+        if kernel_disk:
+            assert spec.limits is not None
+            volume.ensure(volume_folder(spec), spec.limits.disk_bytes, file_limit(spec.limits.disk_bytes))
         for folder in (spec.workspace, spec.checkpoints):
             if folder is not None:
                 _chown_private(folder, uid)
@@ -176,6 +188,8 @@ class LocalBackend:
                 )
                 h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
                 h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
+                if kernel_disk:
+                    h["kd"] = True  # the kernel holds its disk limit: the watcher only reads the use
             h.update(pid=pid, ct=psutil.Process(pid).create_time(), ws=str(spec.workspace))
         except BaseException as exc:
             with self._lock:
@@ -239,6 +253,7 @@ class LocalBackend:
                         init_pid=h["init"],
                         disk_bytes=h["disk"],
                         files=file_limit(h["disk"]),
+                        kernel=bool(h.get("kd")),
                     )
                     for handle, h in parsed.items()
                     if h.get("sb") and out[handle].kind == "running"
@@ -295,7 +310,7 @@ class LocalBackend:
                 since = None
             self._pid_hits[run] = (hits, since)
         reading = self._disk.reading(run)
-        if not reason and reading is not None:
+        if not reason and reading is not None and not h.get("kd"):  # else the kernel said ENOSPC already
             reason = violation(h["disk"], file_limit(h["disk"]), reading)
         if reason:
             self._file(h, "reason").write_text(reason + "\n")

@@ -37,6 +37,9 @@ class SandboxOptions:
     network: str = "none"  # the effective policy: none | outbound | host
     tmp_bytes: int = 1 << 30  # size cap of /tmp, /dev/shm and /run inside a sandbox
     disk_check_s: float = 15.0
+    # image: each workspace is an ext4 file system of its limit's size (the kernel stops writes past it,
+    # danlu.compute.sandbox.volume); watch: the disk watcher alone measures it every disk_check_s
+    disk: str = "watch"
     fork_bomb_s: float = 10.0
     own_addresses: list[str] = field(default_factory=host_addresses)
     # keyutils' keyctl: each run joins a session keyring of its own (else every sandbox would share

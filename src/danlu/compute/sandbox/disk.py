@@ -49,6 +49,14 @@ class Watched:
     init_pid: int  # the sandbox's init: its descendants' open-but-deleted files count too
     disk_bytes: int
     files: int
+    kernel: bool = False  # on a file system of its own (danlu.compute.sandbox.volume): its counters say it all
+
+
+def fs_usage(folder: str) -> Usage:
+    """A workspace on a file system of its own: bytes and files in use, from the file system's own counters
+    (deleted-but-open files included), without a walk."""
+    st = os.statvfs(folder)
+    return Usage((st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree)
 
 
 def usage(folders: tuple[str, ...], max_files: int) -> Usage:
@@ -147,8 +155,11 @@ class DiskWatcher:
             runs = dict(self._watched)
         for run_id, w in runs.items():
             try:
-                u = usage(w.folders, w.files)
-                u = Usage(u.bytes + deleted_but_open(w.init_pid), u.files)
+                if w.kernel:
+                    u = fs_usage(w.folders[0])
+                else:
+                    u = usage(w.folders, w.files)
+                    u = Usage(u.bytes + deleted_but_open(w.init_pid), u.files)
             except Exception as exc:  # one unreadable workspace must not stop the others being measured
                 log.warning("could not measure the disk use of %s: %s", run_id, exc)
                 with self._lock:

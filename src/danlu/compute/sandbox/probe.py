@@ -19,6 +19,7 @@ from danlu.backend import SandboxStatus
 from danlu.compute.backends.local import LocalBackend
 from danlu.compute.backends.spawn import SandboxOptions
 from danlu.compute.sandbox import cgroups as cg
+from danlu.compute.sandbox import volume
 from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import outbound_available, resolve_policy
 
@@ -70,11 +71,27 @@ def deployment_tag(data_dir: Path) -> str:
     return "danlu-" + hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:10]
 
 
+def resolve_disk(disk: str) -> tuple[str, str]:
+    """``--disk-limit``: image (a file system per workspace, the kernel enforces it), watch (the disk
+    watcher alone), auto (image where this host can). Returns the mode and, for auto without images, why."""
+    if disk not in ("auto", "image", "watch"):
+        raise ValueError(f"--disk-limit is auto, image or watch, not {disk!r}")
+    if disk == "watch":
+        return "watch", ""
+    ok, why = volume.available()
+    if ok:
+        return "image", ""
+    if disk == "image":
+        raise ValueError(f"--disk-limit image: {why}")
+    return "watch", why
+
+
 def make_local_backend(
-    data_dir: Path, *, no_sandbox: bool = False, cgroups: str = "auto", network: str = "auto"
+    data_dir: Path, *, no_sandbox: bool = False, cgroups: str = "auto", network: str = "auto", disk: str = "watch"
 ) -> tuple[LocalBackend, SandboxStatus]:
     """The local backend this host can run, and what it gives. Raises ValueError/OSError when an
-    explicitly asked-for part (``--cgroups v2``, ``--network outbound``) is not available."""
+    explicitly asked-for part (``--cgroups v2``, ``--network outbound``, ``--disk-limit image``) is not
+    available. ``disk`` defaults to the watcher here; the server asks for ``auto``."""
     if no_sandbox:
         status = SandboxStatus("off", "renters' code runs as the platform's own user; for one trusted user only")
         return LocalBackend(data_dir, None), status
@@ -86,13 +103,15 @@ def make_local_backend(
         )
     driver = cg.detect(deployment_tag(data_dir), cgroups)
     policy, note = resolve_policy(network)
-    options = SandboxOptions(cgroups=driver, as_root=as_root, network=policy)
+    disk_mode, disk_note = resolve_disk(disk)
+    options = SandboxOptions(cgroups=driver, as_root=as_root, network=policy, disk=disk_mode)
     status = SandboxStatus(
         "bubblewrap",
-        note or why,
+        "; ".join(n for n in (note or why, f"disk limit not by the kernel: {disk_note}" if disk_note else "") if n),
         limits=driver.kind if driver is not None else "rlimits",
         network=policy,
         identity="per-renter uid" if as_root else "platform user (server not root: no per-renter uid)",
         outbound_ok=outbound_available()[0],
+        disk="kernel" if disk_mode == "image" else "watched",
     )
     return LocalBackend(data_dir, options), status

@@ -1,0 +1,265 @@
+"""Disk limits the kernel enforces (issue 28, finding 4): each workspace — for a job, the job's folder
+holding its workspace and its checkpoints — is an ext4 file system of the limit's size, in an image file
+loop-mounted at the folder. A write past the limit fails with ``ENOSPC`` inside the sandbox and nothing
+lands on the host's disk; the inode count (``-N``) makes the kernel enforce the file limit too.
+
+The host's disk tooling has no other per-folder limit here: ext4 and XFS project quotas need a kernel
+built with ``CONFIG_QFMT_V2`` / ``CONFIG_XFS_QUOTA`` and a file system mounted with them, which this
+project cannot assume (the machine it was built on has neither). Loop devices only need root.
+
+Layout: the image of ``SANDBOX/workspaces/i-…`` is ``SANDBOX/volumes/workspaces.i-….ext4`` (0600, root's,
+never bound into a sandbox, so no renter can touch the raw blocks). The image stays mounted at its folder
+for the folder's whole life — a stopped rental's workspace is read in place by storage metering, snapshots,
+``rent --from`` and ``rm`` — and goes with the folder (``release``). Mounts do not survive a reboot:
+``mount_all`` at server start mounts every image again.
+
+A folder that already holds files when its image is first made (a workspace copied by ``rent --from`` or
+restored from a snapshot before its first start, or one from before this mode) has them copied into the
+image; the image is named ``.part`` until that copy is complete, so a crash midway never loses them.
+A new limit (``danlu start ID --gpu … --count …``) resizes the file system offline at the next start: nothing
+of the renter runs while an instance is stopped.
+
+Sizing: ext4's own bookkeeping (inode tables, a journal of 1/64 of the limit between 4 MiB and 1 GiB, group
+descriptors, the reserve for metadata) is not a formula of the size one can trust across sizes (measured from
+16 MiB to 1 TiB, a fixed allowance was 10 MiB short around 1 GiB and 5 GiB over at 1 TiB). So the image is
+made larger than needed and ``fit`` resizes it, mounted and measured, until the renter can store the whole
+limit and at most ``tolerance`` (2 MiB or 0.2 %) more. The disk watcher then only reads the use (``statvfs``,
+no walk): it stops no run on a file system the kernel limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from danlu.backend import LaunchError
+from danlu.compute import fstree
+from danlu.compute.sandbox.helpers import SAFE_PATH
+
+log = logging.getLogger(__name__)
+MiB = 1 << 20
+SUFFIX = ".ext4"
+TOOLS = ("mkfs.ext4", "e2fsck", "resize2fs", "mount", "umount", "losetup")
+MOUNT_OPTIONS = "loop,nodev,nosuid,noatime"
+BLOCK = 4096
+
+
+def available() -> tuple[bool, str]:
+    """Whether this host can give each workspace a file system of its own: root, loop devices, e2fsprogs."""
+    if os.geteuid() != 0:
+        return False, "the server is not root (loop mounts need root)"
+    if not os.path.exists("/dev/loop-control"):
+        return False, "no loop devices (/dev/loop-control is missing)"
+    missing = [t for t in TOOLS if shutil.which(t, path=SAFE_PATH) is None]
+    if missing:
+        return False, f"{', '.join(missing)} not installed (Debian packages e2fsprogs and mount)"
+    return True, "an ext4 file system of the limit's size per workspace"
+
+
+def first_size(disk_bytes: int, files: int) -> tuple[int, int]:
+    """A first size for the image of a ``disk_bytes`` limit (more than enough: ``fit`` trims it to the
+    limit once mounted), and its journal in MiB."""
+    journal_mib = min(max(disk_bytes // 64, 4 * MiB), 1024 * MiB) // MiB
+    size = disk_bytes + files * 256 + journal_mib * MiB + disk_bytes // 50 + 16 * MiB
+    return _blocks(size), journal_mib
+
+
+def _blocks(size: int) -> int:
+    return -(-size // BLOCK) * BLOCK
+
+
+def usable(folder: Path) -> int:
+    """What the renter can store on the file system mounted at ``folder`` (in use or free): its blocks less
+    the file system's own and ext4's reserve for metadata."""
+    st = os.statvfs(folder)
+    return (st.f_blocks - (st.f_bfree - st.f_bavail)) * st.f_frsize
+
+
+def tolerance(disk_bytes: int) -> int:
+    """How much more than the limit a renter may store: resize2fs works in whole block groups' metadata."""
+    return max(2 * MiB, disk_bytes // 500)
+
+
+def image_of(folder: Path) -> Path:
+    """``SANDBOX/workspaces/i-x`` → ``SANDBOX/volumes/workspaces.i-x.ext4``."""
+    return folder.parent.parent / "volumes" / f"{folder.parent.name}.{folder.name}{SUFFIX}"
+
+
+def _run(*cmd: str, what: str, ok: tuple[int, ...] = (0,)) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": SAFE_PATH}, stdin=subprocess.DEVNULL)
+    if r.returncode not in ok:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+        raise LaunchError(f"{what}: {tail[0]}")
+
+
+def _mount(image: Path, folder: Path) -> None:
+    _run("mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(image), str(folder), what=f"could not mount {folder}'s disk")
+    # Direct I/O from the loop device to the image: without it each block sits in the page cache twice (the
+    # file system's and the image file's) and a 512 MiB write with fsync took 1.5x a host folder's time; with
+    # it, 1.03x (benchmarks/disk_limit.py). Speed only: where the host's file system refuses, it stays off.
+    device = _source(folder)
+    if device.startswith("/dev/loop"):
+        r = subprocess.run(
+            ["losetup", "--direct-io=on", device], capture_output=True, text=True, env={"PATH": SAFE_PATH}
+        )
+        if r.returncode != 0:
+            log.info("direct I/O stays off for %s: %s", device, r.stderr.strip())
+
+
+def _source(folder: Path) -> str:
+    """The device mounted at ``folder`` (the last mount there), from /proc/self/mountinfo."""
+    device = ""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields, _, rest = line.partition(" - ")
+            if fields.split()[4] == str(folder):
+                device = rest.split()[1]
+    return device
+
+
+def _unmount(folder: Path) -> None:
+    r = subprocess.run(["umount", str(folder)], capture_output=True, env={"PATH": SAFE_PATH})
+    if r.returncode != 0 and os.path.ismount(folder):
+        # still busy (a host-side reader): detach now, the kernel frees it when the last file closes
+        _run("umount", "--lazy", str(folder), what=f"could not unmount {folder}")
+
+
+def _make(image: Path, disk_bytes: int, files: int) -> None:
+    size, journal_mib = first_size(disk_bytes, files)
+    image.parent.mkdir(mode=0o700, exist_ok=True)
+    image.unlink(missing_ok=True)
+    fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)  # sparse: the host's disk holds only what is written
+    finally:
+        os.close(fd)
+    # 4 KiB blocks at every size; no reserve for root; no resize inode (every resize here is offline)
+    _run(
+        "mkfs.ext4", "-q", "-F", "-b", str(BLOCK), "-m", "0", "-O", "^resize_inode", "-N", str(files + files // 25),
+        "-J", f"size={journal_mib}", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(image),
+        what="could not make the workspace's file system",
+    )  # fmt: skip
+
+
+def _resize(image: Path, size: int, disk_bytes: int) -> None:
+    """Grow or shrink an unmounted image to ``size`` bytes; a shrink below what it holds is refused."""
+    # 1: it corrected something on its own (-p repairs only what is safe without a person)
+    _run("e2fsck", "-f", "-p", str(image), what="the workspace's file system needs repair", ok=(0, 1))
+    if size > image.stat().st_size:
+        os.truncate(image, size)
+        _run("resize2fs", str(image), what="could not grow the workspace's file system")
+    else:
+        _run(
+            "resize2fs", str(image), f"{size // 1024}K",
+            what=f"the workspace holds more than its limit of {disk_bytes // MiB} MiB; remove files first",
+        )  # fmt: skip
+        os.truncate(image, size)
+
+
+def fit(image: Path, folder: Path, disk_bytes: int) -> None:
+    """Resize the file system mounted at ``folder`` until the renter can store ``disk_bytes`` and at most
+    ``tolerance`` more (a few passes: each size changes the file system's own overhead a little).
+
+    A shrink below what the workspace holds is left undone, and the run starts on the file system as it is:
+    a renter must be able to start it to delete files. A resize onto a smaller limit is refused before
+    that (``409 disk_limit``, danlu.compute.instances), so this is a workspace already over its limit."""
+    for _ in range(4):
+        have = usable(folder)
+        if disk_bytes <= have <= disk_bytes + tolerance(disk_bytes):
+            return
+        _unmount(folder)
+        try:
+            _resize(image, _blocks(image.stat().st_size + disk_bytes + tolerance(disk_bytes) // 2 - have), disk_bytes)
+        except LaunchError as exc:
+            if have < disk_bytes:
+                raise
+            log.warning("%s stays larger than its limit: %s", folder, exc)
+            return
+        finally:
+            _mount(image, folder)
+    if usable(folder) < disk_bytes:
+        raise LaunchError(f"could not size {folder}'s file system to {disk_bytes // MiB} MiB")
+
+
+def ensure(folder: Path, disk_bytes: int, files: int) -> None:
+    """Mount ``folder``'s file system at it — making it (with whatever the folder holds) the first time,
+    resizing it to a changed limit. Raises ``LaunchError`` saying why it could not."""
+    image, part = image_of(folder), image_of(folder).with_suffix(".part")
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.path.ismount(folder) and image.exists():
+        fit(image, folder, disk_bytes)
+        _drop_lost_found(folder)  # e2fsck's, when it was resized
+        return
+    if os.path.ismount(folder):
+        _unmount(folder)
+    if not image.exists():
+        _make(part, disk_bytes, files)
+        staging = part.with_suffix(".staging")
+        staging.mkdir(mode=0o700, exist_ok=True)
+        _mount(part, staging)
+        try:
+            if any(folder.iterdir()):  # copy what is there (links as links, owners, modes, times)
+                _run(
+                    "cp", "-a", "--no-target-directory", str(folder), str(staging),
+                    what=f"the workspace does not fit its {disk_bytes // MiB} MiB limit",
+                )  # fmt: skip
+            os.chmod(staging, os.stat(folder).st_mode & 0o7777)
+        finally:
+            _unmount(staging)
+            staging.rmdir()
+        os.rename(part, image)  # complete: from here the image, not the folder, holds the files
+    if any(folder.iterdir()):  # the copy's leftovers (a crash after the rename): the image has them
+        mode = os.stat(folder).st_mode & 0o7777
+        fstree.remove_tree(folder)
+        folder.mkdir(mode=mode)
+    _mount(image, folder)
+    fit(image, folder, disk_bytes)
+    _drop_lost_found(folder)
+
+
+def _drop_lost_found(folder: Path) -> None:
+    """mkfs and e2fsck make ``lost+found``: a root-only folder the renter would only stumble on (one the renter
+    made is the renter's, and stays)."""
+    try:
+        st = os.stat(folder / "lost+found", follow_symlinks=False)
+        if st.st_uid == 0 and stat.S_ISDIR(st.st_mode):
+            os.rmdir(folder / "lost+found")
+    except OSError:  # none, or not empty: e2fsck put something found in it
+        pass
+
+
+def release(folder: Path) -> None:
+    """The folder goes: unmount and delete its image (a no-op for a folder without one)."""
+    if os.path.ismount(folder):
+        _unmount(folder)
+    image = image_of(folder)
+    for path in (image, image.with_suffix(".part")):
+        path.unlink(missing_ok=True)
+
+
+def mount_all(sandbox_dir: Path) -> int:
+    """Mount every image at its folder again (after a reboot mounts are gone); returns how many were
+    mounted. One that fails is logged and left: its instance's next start says why."""
+    volumes = sandbox_dir / "volumes"
+    if not volumes.is_dir():
+        return 0
+    mounted = 0
+    for image in sorted(volumes.glob(f"*{SUFFIX}")):
+        parent, _, name = image.name[: -len(SUFFIX)].partition(".")
+        folder = sandbox_dir / parent / name
+        if parent not in ("workspaces", "jobs") or not name or os.path.ismount(folder):
+            continue
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if any(folder.iterdir()):
+                log.warning("%s is not empty and not mounted; its image %s is left for its next start", folder, image)
+                continue
+            _mount(image, folder)
+            mounted += 1
+        except (OSError, LaunchError) as exc:
+            log.warning("could not mount %s at %s: %s", image, folder, exc)
+    return mounted
