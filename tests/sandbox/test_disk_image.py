@@ -58,7 +58,7 @@ def kernel_limited(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
         with p.db.read() as s:
             folders = [Path(w) for w in s.scalars(select(Instance.workspace))]
         for folder in folders:
-            volume.release(folder)
+            volume.release(folder.parent if folder.name == "workspace" else folder)  # a job's: its folder
         p.db.engine.dispose()
 
 
@@ -95,6 +95,23 @@ def test_files_past_the_file_limit_fail_in_the_sandbox(kernel_limited: LiveServe
         assert "No space left on device" in out, out
         made = int(out.split("stopped ")[1].split()[0])
         assert 9_000 <= made <= 12_000, out  # the file limit: 10,000 at 64 MiB (one per 32 KiB, at least 10,000)
+
+
+def test_a_jobs_workspace_and_checkpoints_share_one_kernel_limit(kernel_limited: LiveServer) -> None:
+    fill = (
+        "head -c 40000000 /dev/zero > /workspace/data && echo workspace-ok; "
+        "i=0; while head -c 1048576 /dev/zero > /checkpoints/c$i; do i=$((i+1)); done; echo checkpoints=$i MiB"
+    )
+    with kernel_limited.new_user("jobfill") as c:
+        r = c.post("/jobs", json={"command": ["sh", "-c", fill], "gpus": 1, "gpu_types": ["T4"]})
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        done = wait_for(lambda: (v := c.get(f"/jobs/{jid}").json())["status"] in ("failed", "succeeded") and v, 60)
+        out = c.get(f"/jobs/{jid}/logs").json()["text"]
+        assert isinstance(done, dict) and done["status"] == "succeeded", (done, out)
+        assert "workspace-ok" in out and "No space left on device" in out, out
+        ckpt = int(out.split("checkpoints=")[1].split()[0])
+        assert 24 <= ckpt <= 27, out  # 64 MiB in all: 38 MiB in the workspace, the rest in checkpoints
 
 
 def test_a_stopped_workspace_stays_readable_on_the_host_and_is_mounted_again_after_a_reboot(
