@@ -82,6 +82,23 @@ def test_a_write_past_the_disk_limit_fails_in_the_sandbox_and_never_reaches_the_
         assert not os.path.ismount(folder) and not image.exists()
 
 
+def test_an_upload_past_the_limit_answers_disk_limit_and_leaves_nothing(kernel_limited: LiveServer) -> None:
+    """An upload of undeclared size (chunked): the kernel stops it at the limit, the API says why."""
+
+    def body() -> Iterator[bytes]:
+        for _ in range(40):
+            yield b"\0" * MiB
+
+    with kernel_limited.new_user("uploader") as c:
+        iid = rent(c, ["sh", "-c", "head -c 40000000 /dev/zero > first; echo ready; exec sleep 3000"])
+        wait_for(lambda: "ready" in log_of(c, iid))
+        r = c.put(f"/instances/{iid}/files", params={"path": "second"}, content=body())  # 40 MiB more: ENOSPC
+        assert r.status_code == 409 and r.json()["error"]["code"] == "disk_limit", r.text
+        assert os.listdir(kernel_limited.platform.workspaces / iid) == ["first"]  # the partial file went
+        ok = c.put(f"/instances/{iid}/files", params={"path": "small"}, content=b"fits")
+        assert ok.status_code == 200, ok.text
+
+
 def test_files_past_the_file_limit_fail_in_the_sandbox(kernel_limited: LiveServer) -> None:
     make = (
         "import os\nn = 0\n"

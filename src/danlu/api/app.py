@@ -27,6 +27,7 @@ from danlu.api.deps import BEARER_SCHEME, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.api.routers import budgets as budgets_router
 from danlu.api.routers import credentials as credentials_router
+from danlu.api.routers import files as files_router
 from danlu.api.routers import holds as holds_router
 from danlu.api.routers import invoices as invoice_routes
 from danlu.api.routers import ports as ports_router
@@ -105,6 +106,8 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     app.include_router(ports_router.router, prefix=API_PREFIX)  # issue 25: the renter's web apps
     app.include_router(ssh_keys_router.router, prefix=API_PREFIX)  # issue 25: keys for the SSH gateway
     app.include_router(snapshots_router.router, prefix=API_PREFIX)  # issue 26: snapshots of workspaces
+    app.include_router(files_router.router, prefix=API_PREFIX)  # issue 26: files in and out over HTTP
+    app.include_router(files_router.list_router, prefix=API_PREFIX)
     # /p/{id}/{port}/…: first, so a proxied request is not matched against every API route before
     # (and before the console's catch-alls); no other route starts with /p/ or /pa/.
     app.router.routes[:0] = ports_router.ROUTES

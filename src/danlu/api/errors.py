@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -93,12 +94,15 @@ class BodyLimit:
     # A renter's own app behind the port proxy takes what it takes (a notebook's uploads): streamed
     # through, never held here (danlu.access.proxy).
     EXEMPT = ("/p/", "/pa/")
+    # An upload into a rental streams into its sandbox, bounded by its disk limit (danlu.access.files):
+    # the API's PUT …/files and the console's form. Only these two paths, matched exactly.
+    UPLOADS = re.compile(r"^(/api/v1)?/instances/[^/]+/files$")
 
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.EXEMPT):
+        if scope["type"] != "http" or scope["path"].startswith(self.EXEMPT) or self.UPLOADS.match(scope["path"]):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])

@@ -8,7 +8,7 @@ checked end to end with SHA-256 (``sha256sum`` in the instance, hashlib here).
 Downloads are unpacked here with tarfile's ``data`` filter: an archive that the rental's (possibly hostile)
 code made cannot write outside the destination, through ``..``, an absolute name or a link; such members
 are skipped and named. Not yet: stopped instances (the workspace is kept, but only a running sandbox is
-entered), resuming a broken copy, the console's upload and download."""
+entered), resuming a broken copy. The console's upload and download: danlu.access.files."""
 
 from __future__ import annotations
 

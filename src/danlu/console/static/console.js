@@ -55,7 +55,25 @@
     form.addEventListener("change", update);
     update();
   }
+  // An upload form (data-drop): files dropped on it are the form's files, sent as if chosen and submitted.
+  function dropZone(form) {
+    var input = form.querySelector('input[type="file"]');
+    form.addEventListener("dragover", function (ev) {
+      ev.preventDefault();
+      form.classList.add("dragging");
+    });
+    form.addEventListener("dragleave", function () { form.classList.remove("dragging"); });
+    form.addEventListener("drop", function (ev) {
+      ev.preventDefault();
+      form.classList.remove("dragging");
+      if (!ev.dataTransfer || !ev.dataTransfer.files.length) return;
+      input.files = ev.dataTransfer.files;
+      form.submit();
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
+    var drops = document.querySelectorAll("form[data-drop]");
+    for (var k = 0; k < drops.length; k++) dropZone(drops[k]);
     var live = document.querySelectorAll("[data-live]");
     for (var i = 0; i < live.length; i++) liveInstances(live[i]);
     var logs = document.querySelectorAll("pre[data-log]");

@@ -1,0 +1,249 @@
+"""Files in and out of a running instance over plain HTTP (issue 26, item 1: the API's endpoints and the
+console's upload, download and folder pages; ``danlu cp`` streams tar over an exec session instead,
+docs/access.md "Files").
+
+Every operation is a short command run *inside* the rental's sandbox as the renter's uid, through the same
+``Backend.enter`` as a shell (danlu.access.sessions): the server never opens a path of the renter's
+workspace itself, so a symlink or hard link the renter made cannot lead it out (there is no outside in the
+sandbox), an upload is written with the renter's uid and counts against the workspace's disk limit (the
+kernel's, where the workspace is a file system of its own: ``ENOSPC`` answers ``409 disk_limit``), and an
+upload whose declared size is over the free space is refused before a byte is written. Both directions
+stream in constant memory; an upload is written to a temporary name beside its target, its SHA-256 taken
+in the sandbox and compared with the one computed here while it streamed (and the client's
+``X-Content-SHA256``, when sent) before it is renamed into place: a broken or altered upload never replaces
+a file. A folder downloads as a tar stream."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from danlu.access import sessions
+from danlu.access.service import Target
+from danlu.backend import Backend, EnterError
+from danlu.compute import views
+from danlu.context import Platform
+from danlu.core.errors import Conflict, InvalidInput, NotFound
+from danlu.db.models import Instance
+
+CHUNK = 1 << 20
+MAX_PATH = 4096
+MAX_ENTRIES = 2000  # a folder page lists this many entries at most
+ERR_BYTES = 4096
+
+# Each script gets the path as "$1" (never in the script's text).
+DOWNLOAD = (
+    'p=$1; if [ -d "$p" ]; then printf D; exec tar -C "$p" -cf - . 2>/dev/null; '
+    'elif [ -f "$p" ]; then printf F; exec cat -- "$p" 2>/dev/null; fi; '
+    'echo "no such file or folder: $p" >&2; exit 2'
+)
+UPLOAD = (
+    'p=$1; d=$(dirname -- "$p"); [ ! -d "$p" ] || { echo "$p is a folder" >&2; exit 2; }; '
+    'mkdir -p -- "$d" || exit 2; t="$d/.danlu-upload-$$"; '
+    'cat > "$t" || { rm -f -- "$t"; exit 3; }; '
+    'sha256sum < "$t" | cut -c1-64 && printf "%s\\n" "$t"'
+)
+FINISH = 'mv -f -- "$1" "$2"'
+ABORT = 'rm -f -- "$1"'
+LISTING = (
+    'cd -- "$1" 2>/dev/null || { echo "no such folder: $1" >&2; exit 2; }; '
+    "exec find . -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%T@\\t%P\\0' 2>/dev/null"
+)
+
+
+def check_path(path: str) -> str:
+    """A path in the instance: relative ones are under its workspace (its ``HOME`` and working folder)."""
+    if not path or len(path) > MAX_PATH or "\0" in path:
+        raise InvalidInput("invalid_path", f"a path is 1 to {MAX_PATH} characters without NUL, e.g. data/train.csv")
+    return path
+
+
+def _start(backend: Backend, t: Target, script: str, *args: str) -> sessions.SessionProcess:
+    try:
+        sp = sessions.start(backend, t, ["sh", "-c", script, "sh", *args], tty=False, size=(80, 24))
+    except EnterError as exc:
+        raise sessions.enter_error(exc) from None
+    for fd in (sp.stdin, sp.stdout, sp.stderr):
+        if fd is not None and fd != -1:
+            os.set_blocking(fd, True)
+    return sp
+
+
+def _drain(fd: int | None, limit: int = 1 << 20) -> bytes:
+    out = bytearray()
+    while fd is not None and fd != -1 and len(out) < limit and (data := os.read(fd, 65536)):
+        out += data
+    return bytes(out)
+
+
+def _run(backend: Backend, t: Target, script: str, *args: str) -> tuple[int, bytes, str]:
+    """A short command to its end: exit code, stdout (≤ 1 MiB), the end of stderr."""
+    sp = _start(backend, t, script, *args)
+    try:
+        sp.close_stdin()
+        out = _drain(sp.stdout)
+        err = _drain(sp.stderr, ERR_BYTES)
+        return sp.proc.wait(), out, err.decode(errors="replace").strip()[-500:]
+    finally:
+        sp.kill()
+        sp.close()
+
+
+@dataclass
+class Download:
+    kind: str  # file | folder
+    name: str  # what the browser saves it as
+    chunks: Iterator[bytes]
+
+
+def download(backend: Backend, t: Target, path: str) -> Download:
+    """A file's bytes, or a folder as a tar stream (read as it is sent: constant memory)."""
+    sp = _start(backend, t, DOWNLOAD, check_path(path))
+    sp.close_stdin()
+    first = os.read(sp.stdout, 1)
+    if first not in (b"D", b"F"):
+        err = _drain(sp.stderr, ERR_BYTES).decode(errors="replace").strip()
+        sp.kill()
+        sp.close()
+        raise NotFound("file_not_found", f"{err or f'no such file or folder: {path}'} (in {t.instance_id})")
+    base = os.path.basename(os.path.normpath(path)) if path not in (".", "/") else t.instance_id
+    kind = "folder" if first == b"D" else "file"
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            while data := os.read(sp.stdout, CHUNK):
+                yield data
+        finally:  # the end, or the client went away: nothing of it is left running
+            sp.kill()
+            sp.close()
+
+    return Download(kind, base + (".tar" if kind == "folder" else ""), chunks())
+
+
+class Upload:
+    """An upload under way: fed chunk by chunk (from the request body as it arrives), then finished."""
+
+    def __init__(self, backend: Backend, t: Target, path: str) -> None:
+        self.backend, self.t, self.path = backend, t, check_path(path)
+        self.sp = _start(backend, t, UPLOAD, self.path)
+        self.hash = hashlib.sha256()
+        self.bytes = 0
+        self.broken = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """False once the command stopped reading (the disk is full, the folder is not writable)."""
+        if self.broken or not chunk:
+            return not self.broken
+        self.hash.update(chunk)
+        self.bytes += len(chunk)
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(self.sp.stdin, view) :]
+        except OSError:  # EPIPE: it ended
+            self.broken = True
+        return not self.broken
+
+    def finish(self, expected_sha256: str | None = None) -> dict[str, object]:
+        """Compare the checksums and rename it into place; raises (and removes the temporary file) when
+        the upload failed or its bytes differ."""
+        sp = self.sp
+        try:
+            sp.close_stdin()
+            out = _drain(sp.stdout).decode(errors="replace").splitlines()
+            err = _drain(sp.stderr, ERR_BYTES).decode(errors="replace").strip()[-500:]
+            code = sp.proc.wait()
+        finally:
+            sp.kill()
+            sp.close()
+        if code != 0 or len(out) < 2:
+            # ENOSPC (the kernel's limit), EDQUOT, EFBIG (RLIMIT_FSIZE: one file past the limit)
+            if any(s in err for s in ("No space left", "Disk quota", "File too large", "File size limit")):
+                raise Conflict(
+                    "disk_limit",
+                    f"{self.path} does not fit in {self.t.instance_id}'s workspace (its disk limit); "
+                    "remove files or start it on more GPUs for more disk",
+                )
+            raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
+        sandbox_sha, temp = out[0].strip(), out[1]
+        ours = self.hash.hexdigest()
+        if sandbox_sha != ours or (expected_sha256 is not None and expected_sha256.lower() != ours):
+            _run(self.backend, self.t, ABORT, temp)
+            raise InvalidInput(
+                "checksum_mismatch",
+                f"the upload of {self.path} arrived with SHA-256 {ours}, written {sandbox_sha}"
+                + (f", sent as {expected_sha256}" if expected_sha256 else "")
+                + "; nothing was replaced: send it again",
+            )
+        code, _, err = _run(self.backend, self.t, FINISH, temp, self.path)
+        if code != 0:
+            _run(self.backend, self.t, ABORT, temp)
+            raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
+        return {"path": self.path, "bytes": self.bytes, "sha256": ours}
+
+    def abandon(self) -> None:
+        """The client went away mid-upload: the partial temporary file goes with the command."""
+        self.broken = True
+        try:
+            self.finish()
+        except (Conflict, InvalidInput):
+            pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: str  # file | folder | link | other
+    bytes: int
+    modified_s: int
+
+
+KINDS = {"f": "file", "d": "folder", "l": "link"}
+
+
+def listing(backend: Backend, t: Target, path: str) -> tuple[list[Entry], bool]:
+    """A folder's entries (folders first, then by name) and whether there were more than ``MAX_ENTRIES``."""
+    code, out, err = _run(backend, t, LISTING, check_path(path))
+    if code != 0 and not out:
+        raise NotFound("file_not_found", f"{err or f'no such folder: {path}'} (in {t.instance_id})")
+    entries = []
+    for record in out.split(b"\0"):
+        fields = record.decode(errors="replace").split("\t", 3)
+        if len(fields) != 4:
+            continue
+        kind, size, mtime, name = fields
+        entries.append(Entry(name, KINDS.get(kind, "other"), int(size or 0), int(float(mtime or 0))))
+    entries.sort(key=lambda e: (e.kind != "folder", e.name))
+    return entries[:MAX_ENTRIES], len(entries) > MAX_ENTRIES
+
+
+def free_bytes(p: Platform, instance_id: str) -> int | None:
+    """What the workspace can still take (None: no limit known): the file system's own free space where it
+    is one of its own (the kernel's limit), else the limit less what the workspace holds."""
+    with p.db.read() as s:
+        inst = s.get(Instance, instance_id)
+        if inst is None:
+            return None
+        workspace, limits = Path(inst.workspace), json.loads(inst.sandbox_json or "{}")
+    if os.path.ismount(workspace):  # its own file system (danlu.compute.sandbox.volume)
+        st = os.statvfs(workspace)
+        return st.f_bavail * st.f_frsize
+    disk_mb = limits.get("disk_mb")
+    if not isinstance(disk_mb, int):
+        return None
+    return max(0, disk_mb * (1 << 20) - views.workspace_bytes(str(workspace)))
+
+
+def refuse_if_too_large(p: Platform, instance_id: str, path: str, declared: int | None) -> None:
+    """``409 disk_limit`` before a byte is written when the declared size cannot fit."""
+    free = free_bytes(p, instance_id)
+    if declared is not None and free is not None and declared > free:
+        raise Conflict(
+            "disk_limit",
+            f"{path} ({declared >> 20} MiB) does not fit: {instance_id}'s workspace has {free >> 20} MiB free of "
+            "its disk limit; remove files or start it on more GPUs for more disk",
+        )

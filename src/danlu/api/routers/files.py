@@ -1,0 +1,160 @@
+"""Files in and out of a running instance over HTTP (issue 26, item 1; danlu.access.files, docs/access.md
+"Files"): download a file or a folder (as tar), upload a file, list a folder. Each is a command in the
+rental's sandbox as the renter's uid; the caller needs the right to open a session into it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from danlu.access import files
+from danlu.access import service as access
+from danlu.access.sessions import Registry
+from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.paging import ListRoute, paged
+from danlu.api.schemas.common import InstanceIdPath, errors
+from danlu.context import Platform
+from danlu.db.models import User
+
+router = APIRouter(tags=["files"], responses=errors(401))
+list_router = APIRouter(route_class=ListRoute, tags=["files"], responses=errors(401))
+
+PathQuery = Annotated[
+    str,
+    Query(
+        min_length=1,
+        max_length=files.MAX_PATH,
+        description="A path in the instance; a relative one is under its workspace (/workspace), e.g. data/a.csv",
+    ),
+]
+SHA256 = r"^[0-9a-fA-F]{64}$"
+
+
+class FileOut(BaseModel):
+    path: str
+    bytes: int = Field(description="bytes written")
+    sha256: str = Field(description="SHA-256 of what was written, checked in the instance against what arrived")
+
+
+class EntryOut(BaseModel):
+    name: str
+    kind: str = Field(description="file, folder, link or other")
+    bytes: int
+    modified_s: int = Field(description="modification time, seconds since 1970")
+
+
+def _target(p: Platform, user: User, instance_id: str, registry: Registry) -> access.Target:
+    t = access.running_of(p, user, instance_id)
+    registry.admit(t.instance_id)  # counts with its shells: one renter cannot open a thousand
+    return t
+
+
+DOWNLOAD_DOC: dict[int | str, dict[str, object]] = {
+    200: {
+        "content": {"application/octet-stream": {}, "application/x-tar": {}},
+        "description": "the file's bytes, or the folder as a tar stream (X-Danlu-Kind: file or folder)",
+    },
+    **errors(400, 404, 409),
+}
+
+
+@router.get("/instances/{instance_id}/files", response_class=StreamingResponse, responses=DOWNLOAD_DOC)
+async def download(
+    instance_id: InstanceIdPath, path: PathQuery, p: PlatformDep, user: CurrentUser, request: Request
+) -> StreamingResponse:
+    """Download a file of a running instance, or a folder as a tar stream, read in the sandbox as you."""
+    registry: Registry = request.app.state.sessions
+    t = await run_in_threadpool(_target, p, user, instance_id, registry)
+    try:
+        d = await run_in_threadpool(files.download, p.backend, t, path)
+    except BaseException:
+        registry.leave(t.instance_id)
+        raise
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            yield from d.chunks
+        finally:
+            registry.leave(t.instance_id)
+
+    media = "application/x-tar" if d.kind == "folder" else "application/octet-stream"
+    headers = {"Content-Disposition": disposition(d.name), "X-Danlu-Kind": d.kind, "Cache-Control": "no-store"}
+    return StreamingResponse(chunks(), media_type=media, headers=headers)
+
+
+def disposition(name: str) -> str:
+    """``attachment`` with the name in ASCII (others as _) and in full (RFC 6266 ``filename*``)."""
+    from urllib.parse import quote
+
+    ascii_name = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name) or "download"
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "description": "the file's bytes",
+    }
+}
+
+
+@router.put(
+    "/instances/{instance_id}/files",
+    response_model=FileOut,
+    responses=errors(400, 404, 409),
+    openapi_extra=UPLOAD_BODY,
+)
+async def upload(
+    instance_id: InstanceIdPath,
+    path: PathQuery,
+    p: PlatformDep,
+    user: CurrentUser,
+    request: Request,
+    x_content_sha256: Annotated[
+        str | None, Header(pattern=SHA256, description="The file's SHA-256: checked before it replaces anything")
+    ] = None,
+) -> FileOut:
+    """Upload a file into a running instance (written as you; folders on the way are made). It is written
+    under a temporary name, checked (SHA-256 here and in the instance, and against ``X-Content-SHA256`` when
+    sent) and only then renamed into place. A size over the workspace's free space is refused at once
+    (``409 disk_limit``); so is a write the disk limit stops."""
+    files.check_path(path)
+    declared = request.headers.get("content-length", "")
+    content_length = int(declared) if declared.isdigit() else None  # none: chunked, the disk limit stops it
+    registry: Registry = request.app.state.sessions
+    t = await run_in_threadpool(_target, p, user, instance_id, registry)
+    try:
+        await run_in_threadpool(files.refuse_if_too_large, p, t.instance_id, path, content_length)
+        up = await run_in_threadpool(files.Upload, p.backend, t, path)
+        try:
+            async for chunk in request.stream():
+                if not await run_in_threadpool(up.feed, chunk):
+                    break  # it stopped reading (disk full): finish says why
+        except BaseException:
+            await run_in_threadpool(up.abandon)
+            raise
+        return FileOut.model_validate(await run_in_threadpool(up.finish, x_content_sha256))
+    finally:
+        registry.leave(t.instance_id)
+
+
+@list_router.get(
+    "/instances/{instance_id}/entries", response_model=list[EntryOut], **paged("name"), responses=errors(400, 404, 409)
+)
+def entries(
+    instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request, path: PathQuery = "."
+) -> list[EntryOut]:
+    """The entries of a folder of a running instance (as you see it), by name; at most 2,000."""
+    registry: Registry = request.app.state.sessions
+    t = _target(p, user, instance_id, registry)
+    try:
+        found, _ = files.listing(p.backend, t, path)
+    finally:
+        registry.leave(t.instance_id)
+    return [EntryOut(name=e.name, kind=e.kind, bytes=e.bytes, modified_s=e.modified_s) for e in found]

@@ -1,0 +1,105 @@
+"""Files over HTTP (issue 26, item 1; danlu.access.files): ``PUT``/``GET /instances/{id}/files`` and
+``GET /instances/{id}/entries``, each a command in the rental's sandbox as the renter's uid. A file goes in and
+comes back byte for byte; a folder comes back as tar; a checksum that does not match replaces nothing; a size
+over the free space is refused before a byte is written; a symlink the renter made leads nowhere outside the
+sandbox; another renter's instance is not found."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.access.session_client import run
+from tests.access.test_sessions import token_of
+from tests.conftest import LiveServer
+from tests.sandbox.conftest import rent, sbx  # noqa: F401 - the sandboxed live server
+
+pytestmark = pytest.mark.slow(seconds=60)
+
+
+@pytest.fixture
+def renter(sbx: LiveServer) -> Iterator[tuple[httpx.Client, str]]:  # noqa: F811
+    with sbx.new_user("ana") as c:
+        yield c, rent(c, ["sh", "-c", "exec sleep 3000"])
+
+
+def test_a_file_goes_in_and_comes_back_and_a_folder_comes_back_as_tar(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    data = os.urandom(3 << 20) + b"end"
+    digest = hashlib.sha256(data).hexdigest()
+    r = c.put(f"/instances/{iid}/files", params={"path": "in/deep/w.bin"}, content=data)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"path": "in/deep/w.bin", "bytes": len(data), "sha256": digest}
+    # as the renter, in its workspace, nothing left behind under a temporary name
+    s = run(sbx, token_of(c), iid, ["sh", "-c", "id -u; stat -c %u in/deep/w.bin; ls -A in/deep"])
+    uid, owner, listing = s.out.decode().split("\n")[:3]
+    assert uid == owner and int(uid) >= sbx.platform.settings.sandbox_uid_first and listing == "w.bin"
+    got = c.get(f"/instances/{iid}/files", params={"path": "/workspace/in/deep/w.bin"})
+    assert got.status_code == 200 and got.content == data
+    assert got.headers["x-danlu-kind"] == "file" and 'filename="w.bin"' in got.headers["content-disposition"]
+    folder = c.get(f"/instances/{iid}/files", params={"path": "in"})
+    assert folder.status_code == 200 and folder.headers["content-type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(folder.content)) as tar:
+        member = tar.extractfile("./deep/w.bin")
+        assert member is not None and member.read() == data
+    listed = c.get(f"/instances/{iid}/entries", params={"path": "in/deep"})
+    assert listed.status_code == 200, listed.text
+    assert [(e["name"], e["kind"], e["bytes"]) for e in listed.json()] == [("w.bin", "file", len(data))]
+    top = c.get(f"/instances/{iid}/entries").json()  # the workspace by default
+    assert {"name": "in", "kind": "folder"}.items() <= next(e for e in top if e["name"] == "in").items()
+
+
+def test_a_bad_checksum_replaces_nothing_and_the_disk_limit_refuses_first(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    assert c.put(f"/instances/{iid}/files", params={"path": "keep.txt"}, content=b"v1").status_code == 200
+    wrong = c.put(
+        f"/instances/{iid}/files",
+        params={"path": "keep.txt"},
+        content=b"v2",
+        headers={"X-Content-SHA256": hashlib.sha256(b"something else").hexdigest()},
+    )
+    assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "checksum_mismatch", wrong.text
+    assert c.get(f"/instances/{iid}/files", params={"path": "keep.txt"}).content == b"v1"
+    s = run(sbx, token_of(c), iid, ["sh", "-c", "ls -A"])
+    assert b".danlu-upload" not in s.out  # the temporary file went too
+    limit_mb = int(c.get(f"/instances/{iid}").json()["sandbox"]["disk_mb"])
+    over = c.put(f"/instances/{iid}/files", params={"path": "big"}, content=b"\0" * ((limit_mb + 1) << 20))
+    assert over.status_code == 409 and over.json()["error"]["code"] == "disk_limit", over.text
+    ls = run(sbx, token_of(c), iid, ["sh", "-c", "ls -A"])
+    assert b"big" not in ls.out and b".danlu-upload" not in ls.out
+
+
+def test_links_lead_nowhere_outside_and_strangers_see_nothing(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    assert run(sbx, token_of(c), iid, ["sh", "-c", "ln -s /etc/shadow shadow && ln -s / root"]).status == {
+        "exit_code": 0
+    }
+    shadow = c.get(f"/instances/{iid}/files", params={"path": "shadow"})
+    assert shadow.status_code == 404 or b"root:" not in shadow.content  # the sandbox's /etc/shadow, if any
+    host_secret = sbx.platform.settings.data_dir / "admin-token"
+    via_link = c.get(f"/instances/{iid}/files", params={"path": f"root{host_secret}"})
+    assert via_link.status_code == 404, via_link.text  # the host's data folder is not in the sandbox
+    with sbx.new_user("bob") as other:
+        for r in (
+            other.get(f"/instances/{iid}/files", params={"path": "x"}),
+            other.put(f"/instances/{iid}/files", params={"path": "x"}, content=b"x"),
+            other.get(f"/instances/{iid}/entries"),
+        ):
+            assert r.status_code == 404 and r.json()["error"]["code"] == "instance_not_found", r.text
+    bad = c.put(f"/instances/{iid}/files", params={"path": ""}, content=b"x")
+    assert bad.status_code in (400, 422), bad.text
