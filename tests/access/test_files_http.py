@@ -13,11 +13,12 @@ import tarfile
 from collections.abc import Iterator
 
 import httpx
+import psutil
 import pytest
 
 from tests.access.session_client import run
 from tests.access.test_sessions import token_of
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_for
 from tests.sandbox.conftest import rent, sbx  # noqa: F401 - the sandboxed live server
 
 pytestmark = pytest.mark.slow(seconds=60)
@@ -103,3 +104,20 @@ def test_links_lead_nowhere_outside_and_strangers_see_nothing(
             assert r.status_code == 404 and r.json()["error"]["code"] == "instance_not_found", r.text
     bad = c.put(f"/instances/{iid}/files", params={"path": ""}, content=b"x")
     assert bad.status_code in (400, 422), bad.text
+
+
+def test_a_download_its_client_abandons_leaves_nothing_running(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    assert run(sbx, token_of(c), iid, ["sh", "-c", "head -c 40000000 /dev/urandom > big"]).status == {"exit_code": 0}
+    registry = sbx.server.config.app.state.sessions
+    with c.stream("GET", f"/instances/{iid}/files", params={"path": "big"}) as r:
+        assert r.status_code == 200
+        next(r.iter_bytes())  # then the client goes away with most of it unread
+
+    def readers() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["cat", "--", "big"]]
+
+    wait_for(lambda: readers() == [] and registry.open_count(iid) == 0, timeout=60)

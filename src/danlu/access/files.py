@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +98,7 @@ class Download:
     kind: str  # file | folder
     name: str  # what the browser saves it as
     chunks: Iterator[bytes]
+    close: Callable[[], None]  # idempotent: ends the command (a response whose client left never iterates)
 
 
 def download(backend: Backend, t: Target, path: str) -> Download:
@@ -113,15 +114,18 @@ def download(backend: Backend, t: Target, path: str) -> Download:
     base = os.path.basename(os.path.normpath(path)) if path not in (".", "/") else t.instance_id
     kind = "folder" if first == b"D" else "file"
 
+    def close() -> None:  # the end, or the client went away: nothing of it is left running (idempotent)
+        sp.kill()
+        sp.close()
+
     def chunks() -> Iterator[bytes]:
         try:
             while data := os.read(sp.stdout, CHUNK):
                 yield data
-        finally:  # the end, or the client went away: nothing of it is left running
-            sp.kill()
-            sp.close()
+        finally:
+            close()
 
-    return Download(kind, base + (".tar" if kind == "folder" else ""), chunks())
+    return Download(kind, base + (".tar" if kind == "folder" else ""), chunks(), close)
 
 
 class Upload:
@@ -154,7 +158,7 @@ class Upload:
         sp = self.sp
         try:
             sp.close_stdin()
-            out = _drain(sp.stdout).decode(errors="replace").splitlines()
+            out = _drain(sp.stdout).decode(errors="replace").removesuffix("\n").split("\n")
             err = _drain(sp.stderr, ERR_BYTES).decode(errors="replace").strip()[-500:]
             code = sp.proc.wait()
         finally:
@@ -169,7 +173,7 @@ class Upload:
                     "remove files or start it on more GPUs for more disk",
                 )
             raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
-        sandbox_sha, temp = out[0].strip(), out[1]
+        sandbox_sha, temp = out[0].strip(), "\n".join(out[1:])  # a folder's name may hold a newline
         ours = self.hash.hexdigest()
         if sandbox_sha != ours or (expected_sha256 is not None and expected_sha256.lower() != ours):
             _run(self.backend, self.t, ABORT, temp)

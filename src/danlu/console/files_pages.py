@@ -9,11 +9,10 @@ is bounded by what the rental could take anyway."""
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
@@ -21,7 +20,7 @@ from danlu.access import files
 from danlu.access import service as access
 from danlu.access.sessions import Registry
 from danlu.accounts.credentials import csrf_ok
-from danlu.api.routers.files import disposition
+from danlu.api.routers.files import download_response
 from danlu.api.routers.instances import show as show_instance
 from danlu.backend import Backend
 from danlu.console.web import SECURITY_HEADERS, BadCsrf, ConsoleRoute, Page, back, page, with_flash
@@ -82,15 +81,7 @@ async def download(instance_id: str, request: Request, path: FolderQuery = ".") 
         registry.leave(t.instance_id)
         raise
 
-    def chunks() -> Iterator[bytes]:
-        try:
-            yield from d.chunks
-        finally:
-            registry.leave(t.instance_id)
-
-    media = "application/x-tar" if d.kind == "folder" else "application/octet-stream"
-    headers = SECURITY_HEADERS | {"Content-Disposition": disposition(d.name)}
-    return StreamingResponse(chunks(), media_type=media, headers=headers)
+    return download_response(d, registry, t.instance_id, SECURITY_HEADERS)
 
 
 @router.post("/instances/{instance_id}/files")

@@ -4,12 +4,12 @@ rental's sandbox as the renter's uid; the caller needs the right to open a sessi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from danlu.access import files
@@ -76,15 +76,25 @@ async def download(
         registry.leave(t.instance_id)
         raise
 
-    def chunks() -> Iterator[bytes]:
-        try:
-            yield from d.chunks
-        finally:
-            registry.leave(t.instance_id)
+    return download_response(d, registry, t.instance_id, {"X-Danlu-Kind": d.kind, "Cache-Control": "no-store"})
+
+
+def download_response(
+    d: files.Download, registry: Registry, instance_id: str, headers: dict[str, str]
+) -> StreamingResponse:
+    """The download as it is read; after the response, sent or abandoned by its client (whose response may
+    never iterate), the command ends and the instance's session count drops, once."""
+    left: list[bool] = []
+
+    def done() -> None:
+        d.close()
+        if not left:
+            left.append(True)
+            registry.leave(instance_id)
 
     media = "application/x-tar" if d.kind == "folder" else "application/octet-stream"
-    headers = {"Content-Disposition": disposition(d.name), "X-Danlu-Kind": d.kind, "Cache-Control": "no-store"}
-    return StreamingResponse(chunks(), media_type=media, headers=headers)
+    headers = headers | {"Content-Disposition": disposition(d.name)}
+    return StreamingResponse(d.chunks, media_type=media, headers=headers, background=BackgroundTask(done))
 
 
 def disposition(name: str) -> str:
