@@ -73,6 +73,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/file_copy.py
 	$(BIN)/python benchmarks/snapshots.py
 	$(BIN)/python benchmarks/disk_limit.py
+	$(BIN)/python benchmarks/cli_start.py
 
 # The kill -9 drill at length (CI runs 20 kills per database in the test suite).
 KILLS ?= 100

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from danlu.backend import LaunchError
 from danlu.compute.sandbox import volume
 from danlu.core.clock import SystemClock
 from danlu.db.models import Instance
@@ -167,6 +168,10 @@ def test_a_folder_with_files_moves_into_its_image_and_resizes(tmp_path: Path) ->
         assert os.stat(folder).st_mode & 0o777 == 0o700
 
         assert 64 * MiB <= volume.usable(folder) <= 66 * MiB
+        with open(folder / "data", "rb"):  # in use (a host-side reader): never checked or resized under it
+            with pytest.raises(LaunchError, match="in use"):
+                volume.ensure(folder, 128 * MiB, 10_000)
+            assert os.path.ismount(folder) and 64 * MiB <= volume.usable(folder) <= 66 * MiB
         volume.ensure(folder, 128 * MiB, 10_000)  # grown
         assert 128 * MiB <= volume.usable(folder) <= 130 * MiB
         assert sorted(p.name for p in folder.iterdir()) == ["data", "out"]  # e2fsck's lost+found went too

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from danlu.access import sessions
-from danlu.access.service import Target
+from danlu.access.service import Target, running_of
 from danlu.backend import Backend, EnterError
 from danlu.compute import views
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
-from danlu.db.models import Instance
+from danlu.db.models import Instance, User
 
 CHUNK = 1 << 20
 MAX_PATH = 4096
@@ -53,6 +53,14 @@ LISTING = (
     'cd -- "$1" 2>/dev/null || { echo "no such folder: $1" >&2; exit 2; }; '
     "exec find . -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%T@\\t%P\\0' 2>/dev/null"
 )
+
+
+def open_target(p: Platform, user: User, instance_id: str, registry: sessions.Registry) -> Target:
+    """The running instance ``user`` may open a session into, admitted as one of its sessions (a files request
+    counts with its shells: one renter cannot open a thousand); the caller leaves the registry after."""
+    t = running_of(p, user, instance_id)
+    registry.admit(t.instance_id)
+    return t
 
 
 def check_path(path: str) -> str:

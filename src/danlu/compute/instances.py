@@ -19,23 +19,16 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
-from danlu.accounts.payers import billing_account, currency, personal_account
 from danlu.backend import LaunchError, RunSpec
-from danlu.billing import posting, tariffs
-from danlu.billing.accounts import cash_account, lock_billing_account
-from danlu.billing.caps import covers, hard_caps
-from danlu.billing.metering import meter_account, usable_vouchers, voucher_slots
-from danlu.billing.price_plans import held_plan, plan_for_usage
-from danlu.billing.pricing import Plan
-from danlu.billing.rating import Rate, cumulative_cost
-from danlu.billing.student import allocation_discount_bp
+from danlu.billing.accounts import lock_billing_account
+from danlu.billing.metering import meter_account
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import allocations, fstree, images, snapshots
 from danlu.compute.envvars import validate_env
 from danlu.compute.hosts import MIB, limits_for
 from danlu.compute.lifecycle import BILLED, HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause, check_transition
 from danlu.compute.limits import RunLimits
-from danlu.compute.quotas import check_member_quota, check_quota
+from danlu.compute.opening import new_allocation, open_allocation
 from danlu.compute.runs import (
     build_spec,
     check_may_run,
@@ -48,9 +41,9 @@ from danlu.compute.storage import end_storage, start_storage
 from danlu.compute.views import InstanceView, get_owned, resting_workspace, show, workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
-from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInput, NoCapacity
+from danlu.core.errors import Conflict, Forbidden, InvalidInput
 from danlu.core.money import format_minor, parse_amount
-from danlu.db.models import AllocationRow, Event, Gpu, Hold, HostRow, Instance, InstanceEvent, Price, User
+from danlu.db.models import AllocationRow, Event, Gpu, Hold, HostRow, Instance, InstanceEvent, User
 
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_BYTES = 64 << 10  # all arguments together, as for the environment
@@ -108,155 +101,6 @@ def _validate_command(command: list[str]) -> list[str]:
         )
     check_command_args(command)
     return command
-
-
-def plan_price(session: Session, gpu_model: str, plan: str) -> Price:
-    """The price row for a model, checked to offer ``plan``; says what the operator must do if not."""
-    price = session.get(Price, gpu_model)
-    if price is None:
-        raise InvalidInput(
-            "no_price",
-            f"{gpu_model} has no price yet; the operator sets one with `danlu admin price set {gpu_model} PRICE`",
-        )
-    if plan == "interruptible" and price.interruptible_price_per_hour_minor is None:
-        raise InvalidInput(
-            "no_interruptible_price",
-            f"{gpu_model} is not offered as interruptible; the operator sets that price with "
-            f"`danlu admin price set {gpu_model} PRICE --interruptible SPOT_PRICE`",
-        )
-    return price
-
-
-def _new_allocation(s: Session, inst: Instance, plan: str, now_ms: int, *, hold: Hold | None = None) -> AllocationRow:
-    """An open allocation for ``inst`` starting now at the current price plan of ``plan``, with the
-    payer's discount, flushed so it has an id (GPUs not yet bound). On a ``hold``'s GPUs it is
-    plan ``held`` at price 0: the hold was prepaid."""
-    if hold is not None:
-        row = held_plan(s, inst.gpu_model, currency(s), now_ms)
-        plan = row.kind
-    else:
-        row = plan_for_usage(s, inst.gpu_model, plan)
-    alloc = AllocationRow(
-        instance_id=inst.id,
-        user_id=inst.user_id,
-        billing_account_id=inst.billing_account_id,
-        host_id=None,
-        gpu_model=inst.gpu_model,
-        gpu_count=inst.gpu_count,
-        gpu_indices="",
-        plan=plan,
-        price_plan_id=row.id,
-        price_per_hour_minor=row.price_per_hour_minor,
-        discount_bp=0 if hold is not None else allocation_discount_bp(s, inst.billing_account_id),
-        tariffs_json="" if hold is not None else tariffs.snapshot(s, plan, now_ms),
-        currency=row.currency,
-        hold_id=hold.id if hold is not None else None,
-        started_at_ms=now_ms,
-        ended_at_ms=None,
-        billed_until_ms=now_ms,
-        billed_minor=0,
-        settled=False,
-    )
-    s.add(alloc)
-    s.flush()
-    return alloc
-
-
-def open_allocation(
-    p: Platform,
-    session: Session,
-    inst: Instance,
-    now_ms: int,
-    *,
-    plan: str = "on-demand",
-    host_id: int | None = None,
-    hold: Hold | None = None,
-) -> AllocationRow:
-    """Claim GPUs for ``inst`` at the current price of ``plan``, after checking that what the payer
-    can spend (vouchers in scope, balance and credit limit) covers ``min_prepaid_seconds`` of it;
-    on ``hold``'s GPUs (or else on an idle hold of the payer's for the model, if any) at no cost."""
-    # Lock order: the renter's personal account (serialises the person's claims, so quota checks
-    # hold across the accounts they rent on), then the payer's if it is another (a team's).
-    personal = personal_account(session, inst.user_id).id
-    lock_billing_account(session, personal)
-    if inst.billing_account_id != personal:
-        lock_billing_account(session, inst.billing_account_id)
-    if hold is None and inst.job_id is None and plan == "on-demand":  # the payer's package or reservation first
-        hold = allocations.usable_hold(session, inst.billing_account_id, inst.gpu_model, inst.gpu_count, now_ms)
-    if hold is not None:
-        return _open_on_hold(session, inst, hold, now_ms)
-    if inst.job_id is None:  # job runs are kept within quota by the scheduler
-        check_quota(session, inst.user_id, inst.gpu_count)
-        check_member_quota(session, inst.billing_account_id, inst.user_id, inst.gpu_count)
-    if allocations.capacity(session, inst.gpu_model)[1] == 0:
-        raise NoCapacity("model_not_offered", f"this platform has no {inst.gpu_model} GPUs; see `danlu offers`")
-    price = plan_price(session, inst.gpu_model, plan)
-    row = plan_for_usage(session, inst.gpu_model, plan)
-    cash = cash_account(session, inst.billing_account_id).balance_minor
-    credit_limit = billing_account(session, inst.billing_account_id).credit_limit_minor
-    needed = cumulative_cost(
-        Rate(
-            row.price_per_hour_minor,
-            inst.gpu_count,
-            now_ms,
-            Plan(plan),
-            # the tariffs it will be rated with (a cheaper window in force asked for the list price before)
-            tariffs=tariffs.parse_snapshot(tariffs.snapshot(session, plan, now_ms)),
-            discount_bp=allocation_discount_bp(session, inst.billing_account_id),
-        ),
-        p.settings.min_prepaid_seconds,
-    )
-    slots = voucher_slots(usable_vouchers(session, inst.billing_account_id, now_ms))
-    cash_needed = posting.split([posting.Charge(0, inst.gpu_model, plan, max(needed, 1))], slots).cash_minor
-    if cash_needed > 0 and cash + credit_limit < cash_needed:
-        cur = price.currency
-        raise InsufficientFunds(
-            "insufficient_funds",
-            f"the balance {format_minor(cash, cur)} {cur} (and vouchers) does not cover "
-            f"{p.settings.min_prepaid_seconds} s of {inst.gpu_count}× {inst.gpu_model} "
-            f"({format_minor(needed, cur)} {cur}); top up first",
-        )
-    if inst.job_id is None:
-        _check_hard_caps(session, inst, now_ms, max(needed, 1))
-    alloc = _new_allocation(session, inst, plan, now_ms)
-    _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id))
-    return alloc
-
-
-def _check_hard_caps(session: Session, inst: Instance, now_ms: int, needed: int) -> None:
-    """A rental under a hard cap that covers it (the payer's, the renter's or this instance's) needs room for
-    the same ``min_prepaid_seconds`` as the balance (``needed``): the meter only runs every interval, so a
-    rental with less room would run past the cap, unpaid, until the next pass stopped it (rent and start
-    were accepted at a spent cap and killed seconds later, until issue 11's last stop)."""
-    for budget, left in hard_caps(session, inst.billing_account_id, now_ms):
-        if covers(budget, inst.user_id, inst.id) and left < needed:
-            cur = currency(session)
-            what = {"account": "the account's", "member": "your"}.get(budget.scope.partition(":")[0], "this instance's")
-            raise Conflict(
-                "budget_cap_reached",
-                f"{what} hard budget cap of {format_minor(int(budget.hard_minor or 0), cur)} {cur} has "
-                f"{format_minor(left, cur)} {cur} left, less than the {format_minor(needed, cur)} {cur} a rental "
-                "must be covered for; raise it (`danlu budget set --hard …`) or wait for the next period",
-            )
-
-
-def _open_on_hold(session: Session, inst: Instance, hold: Hold, now_ms: int) -> AllocationRow:
-    """Run ``inst`` on idle GPUs its payer's ``hold`` keeps: nothing more to pay (the hold was
-    prepaid). The buyer's own held GPUs already count against their quotas; anyone else's use of
-    a team's hold counts against theirs."""
-    if hold.user_id != inst.user_id:
-        check_quota(session, inst.user_id, inst.gpu_count)
-        check_member_quota(session, inst.billing_account_id, inst.user_id, inst.gpu_count)
-    alloc = _new_allocation(session, inst, "on-demand", now_ms, hold=hold)
-    _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, hold_id=hold.id))
-    return alloc
-
-
-def _bind(session: Session, inst: Instance, alloc: AllocationRow, host_id: int, gpus: list[Gpu]) -> None:
-    alloc.host_id = host_id
-    alloc.gpu_indices = ",".join(str(g.idx) for g in gpus)
-    inst.host_id = host_id
-    inst.current_allocation_id = alloc.id
 
 
 def rental_plan(inst: Instance) -> str:
@@ -621,7 +465,7 @@ def begin_notice(p: Platform, s: Session, inst: Instance, deadline_ms: int, reas
     transition(s, inst, Status.STOPPING, reason, now, "preempt")
     inst.stop_cause, inst.stop_reason = StopCause.PREEMPTED, reason
     old = s.get(AllocationRow, old_id) if old_id is not None else None
-    notice = _new_allocation(s, inst, "interruptible", now)
+    notice = new_allocation(s, inst, "interruptible", now)
     _move_gpus(s, inst, old, notice)
     inst.kill_after_ms = deadline_ms
     write_preempt_deadline(p, inst.id, deadline_ms)
@@ -657,7 +501,7 @@ def continue_on_demand(s: Session, inst: Instance, at_ms: int, reason: str) -> N
         if not old.settled:
             meter_account(s, old.billing_account_id, [old], max(at_ms, old.billed_until_ms))
         at_ms = max(at_ms, old.ended_at_ms or at_ms)
-    new = _new_allocation(s, inst, rental_plan(inst), at_ms)
+    new = new_allocation(s, inst, rental_plan(inst), at_ms)
     _move_gpus(s, inst, old, new)
     s.add(
         InstanceEvent(instance_id=inst.id, from_status=inst.status, to_status=inst.status, reason=reason, at_ms=at_ms)

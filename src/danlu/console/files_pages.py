@@ -46,8 +46,7 @@ def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery
     """A folder of the instance: its entries, links to download each, and the upload form."""
     i = show_instance(_checked_id(instance_id), ctx.platform, ctx.me)
     registry: Registry = request.app.state.sessions
-    t = access.running_of(ctx.platform, ctx.me, i.id)
-    registry.admit(t.instance_id)
+    t = files.open_target(ctx.platform, ctx.me, i.id, registry)
     try:
         entries, more = files.listing(ctx.platform.backend, t, path)
     finally:
@@ -73,8 +72,7 @@ def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery
 async def download(instance_id: str, request: Request, path: FolderQuery = ".") -> Response:
     ctx = await run_in_threadpool(page, request)
     registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(access.running_of, ctx.platform, ctx.me, _checked_id(instance_id))
-    registry.admit(t.instance_id)
+    t = await run_in_threadpool(files.open_target, ctx.platform, ctx.me, _checked_id(instance_id), registry)
     try:
         d = await run_in_threadpool(files.download, ctx.platform.backend, t, path)
     except BaseException:

@@ -29,8 +29,9 @@ from danlu.accounts.payers import currency
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.billing.tariffs import current_tariffs
 from danlu.compute import allocations
-from danlu.compute.instances import begin_launch, begin_notice, launch, open_allocation, terminate_runs
+from danlu.compute.instances import begin_launch, begin_notice, launch, terminate_runs
 from danlu.compute.lifecycle import HAS_PROCESS, Status
+from danlu.compute.opening import open_allocation
 from danlu.compute.quotas import gpus_held
 from danlu.compute.runs import build_spec, ensure_sandbox_uid
 from danlu.context import Platform

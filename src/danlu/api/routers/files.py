@@ -13,13 +13,10 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from danlu.access import files
-from danlu.access import service as access
 from danlu.access.sessions import Registry
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import InstanceIdPath, errors
-from danlu.context import Platform
-from danlu.db.models import User
 
 router = APIRouter(tags=["files"], responses=errors(401))
 list_router = APIRouter(route_class=ListRoute, tags=["files"], responses=errors(401))
@@ -48,12 +45,6 @@ class EntryOut(BaseModel):
     modified_s: int = Field(description="modification time, seconds since 1970")
 
 
-def _target(p: Platform, user: User, instance_id: str, registry: Registry) -> access.Target:
-    t = access.running_of(p, user, instance_id)
-    registry.admit(t.instance_id)  # counts with its shells: one renter cannot open a thousand
-    return t
-
-
 DOWNLOAD_DOC: dict[int | str, dict[str, object]] = {
     200: {
         "content": {"application/octet-stream": {}, "application/x-tar": {}},
@@ -69,7 +60,7 @@ async def download(
 ) -> StreamingResponse:
     """Download a file of a running instance, or a folder as a tar stream, read in the sandbox as you."""
     registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(_target, p, user, instance_id, registry)
+    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry)
     try:
         d = await run_in_threadpool(files.download, p.backend, t, path)
     except BaseException:
@@ -138,7 +129,7 @@ async def upload(
     declared = request.headers.get("content-length", "")
     content_length = int(declared) if declared.isdigit() else None  # none: chunked, the disk limit stops it
     registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(_target, p, user, instance_id, registry)
+    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry)
     try:
         await run_in_threadpool(files.refuse_if_too_large, p, t.instance_id, path, content_length)
         up = await run_in_threadpool(files.Upload, p.backend, t, path)
@@ -162,7 +153,7 @@ def entries(
 ) -> list[EntryOut]:
     """The entries of a folder of a running instance (as you see it), by name; at most 2,000."""
     registry: Registry = request.app.state.sessions
-    t = _target(p, user, instance_id, registry)
+    t = files.open_target(p, user, instance_id, registry)
     try:
         found, _ = files.listing(p.backend, t, path)
     finally:

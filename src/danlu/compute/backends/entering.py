@@ -9,6 +9,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,24 @@ def _rlimits(h: dict[str, Any], sb: SandboxOptions) -> dict[str, tuple[int, int]
     return out
 
 
+def _wait_built(init_pid: int, timeout_s: float = 10.0) -> None:
+    """bubblewrap names its child (the sandbox's init) before the child has built the sandbox's file system: a
+    session joining its mount namespace then would find the host's tree there, without /workspace (a files
+    request right after a rental started failed so). Wait until the child's root is no longer the host's."""
+    host = os.stat("/")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            root = os.stat(f"/proc/{init_pid}/root")
+        except OSError as exc:
+            raise EnterError("the run has ended") from exc
+        if (root.st_dev, root.st_ino) != (host.st_dev, host.st_ino):
+            return
+        if time.monotonic() > deadline:
+            raise EnterError("the sandbox is still being built; try again in a few seconds")
+        time.sleep(0.02)
+
+
 def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) -> subprocess.Popen[bytes]:
     """``request`` in the sandbox of the run whose handle is ``h`` (the local backend's)."""
     if not sb.as_root or os.geteuid() != 0:
@@ -49,6 +68,7 @@ def enter_sandbox(h: dict[str, Any], sb: SandboxOptions, request: EnterRequest) 
         uid, ticks = init.uids().real, _ticks(init.pid)
     except (psutil.Error, OSError, ValueError) as exc:
         raise EnterError("the run has ended") from exc
+    _wait_built(init.pid)
     block_r, block_w = os.pipe()
     spec = {"init": init.pid, "init_ticks": ticks, "uid": uid, "keyring": sb.keyring, "cwd": "/workspace"}
     spec |= {"argv": request.command, "env": request.env, "tty": request.tty, "block_fd": block_r}

@@ -121,11 +121,16 @@ def _source(folder: Path) -> str:
     return device
 
 
-def _unmount(folder: Path) -> None:
-    r = subprocess.run(["umount", str(folder)], capture_output=True, env={"PATH": SAFE_PATH})
-    if r.returncode != 0 and os.path.ismount(folder):
-        # still busy (a host-side reader): detach now, the kernel frees it when the last file closes
-        _run("umount", "--lazy", str(folder), what=f"could not unmount {folder}")
+def _unmount(folder: Path, lazy: bool = False) -> None:
+    """Unmount ``folder``. Busy (a process has a file open in it): ``lazy`` detaches it now, the kernel freeing
+    it when the last file closes (only for a file system about to be deleted); otherwise ``LaunchError``: a
+    file system still in use must never be checked or resized."""
+    r = subprocess.run(["umount", str(folder)], capture_output=True, text=True, env={"PATH": SAFE_PATH})
+    if r.returncode == 0 or not os.path.ismount(folder):
+        return
+    if not lazy:
+        raise LaunchError(f"{folder} is in use by another process ({r.stderr.strip()}); try again when it is not")
+    _run("umount", "--lazy", str(folder), what=f"could not unmount {folder}")
 
 
 def _make(image: Path, disk_bytes: int, files: int) -> None:
@@ -171,7 +176,13 @@ def fit(image: Path, folder: Path, disk_bytes: int) -> None:
         have = usable(folder)
         if disk_bytes <= have <= disk_bytes + tolerance(disk_bytes):
             return
-        _unmount(folder)
+        try:
+            _unmount(folder)
+        except LaunchError:
+            if have < disk_bytes:
+                raise
+            log.warning("%s is in use: left at its size", folder)
+            return
         try:
             _resize(image, _blocks(image.stat().st_size + disk_bytes + tolerance(disk_bytes) // 2 - have), disk_bytes)
         except LaunchError as exc:
@@ -235,7 +246,7 @@ def _drop_lost_found(folder: Path) -> None:
 def release(folder: Path) -> None:
     """The folder goes: unmount and delete its image (a no-op for a folder without one)."""
     if os.path.ismount(folder):
-        _unmount(folder)
+        _unmount(folder, lazy=True)
     image = image_of(folder)
     for path in (image, image.with_suffix(".part")):
         path.unlink(missing_ok=True)
