@@ -79,6 +79,9 @@ class Platform:
     # Asks the control loop for a tick now (set by ControlLoop; a no-op without one): after a stop,
     # so the GPUs are freed as soon as the process has ended, not at the next regular tick.
     wake_loop: Callable[[], None] = field(default=lambda: None, repr=False)
+    # Ends a stopped rental's transfer sandbox (danlu.access.transfer; set by the app that makes them) before
+    # the rental starts or goes: a resize must never check a file system still mounted in one.
+    end_transfers: Callable[[str], None] = field(default=lambda instance_id: None, repr=False)
     # Instances this process has committed as pending and is launching (danlu.compute.instances
     # .begin_launch): the control loop must not judge them abandoned before the backend knows them.
     launches: set[str] = field(default_factory=set, repr=False)

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from danlu.access import sessions
-from danlu.access.service import Target, running_of
+from danlu.access.filescripts import ABORT, DOWNLOAD, FINISH, LISTING, UPLOAD
+from danlu.access.service import Target
+from danlu.access.transfer import Transfers, files_target
 from danlu.backend import Backend, EnterError
 from danlu.compute import views
 from danlu.context import Platform
@@ -35,30 +37,12 @@ MAX_PATH = 4096
 MAX_ENTRIES = 2000  # a folder page lists this many entries at most
 ERR_BYTES = 4096
 
-# Each script gets the path as "$1" (never in the script's text).
-DOWNLOAD = (
-    'p=$1; if [ -d "$p" ]; then printf D; exec tar -C "$p" -cf - . 2>/dev/null; '
-    'elif [ -f "$p" ]; then printf F; exec cat -- "$p" 2>/dev/null; fi; '
-    'echo "no such file or folder: $p" >&2; exit 2'
-)
-UPLOAD = (
-    'p=$1; d=$(dirname -- "$p"); [ ! -d "$p" ] || { echo "$p is a folder" >&2; exit 2; }; '
-    'mkdir -p -- "$d" || exit 2; t="$d/.danlu-upload-$$"; '
-    'cat > "$t" || { rm -f -- "$t"; exit 3; }; '
-    'sha256sum < "$t" | cut -c1-64 && printf "%s\\n" "$t"'
-)
-FINISH = 'mv -f -- "$1" "$2"'
-ABORT = 'rm -f -- "$1"'
-LISTING = (
-    'cd -- "$1" 2>/dev/null || { echo "no such folder: $1" >&2; exit 2; }; '
-    "exec find . -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%T@\\t%P\\0' 2>/dev/null"
-)
 
-
-def open_target(p: Platform, user: User, instance_id: str, registry: sessions.Registry) -> Target:
-    """The running instance ``user`` may open a session into, admitted as one of its sessions (a files request
-    counts with its shells: one renter cannot open a thousand); the caller leaves the registry after."""
-    t = running_of(p, user, instance_id)
+def open_target(p: Platform, user: User, instance_id: str, registry: sessions.Registry, transfers: Transfers) -> Target:
+    """Where ``user``'s files request runs (the rental's sandbox, or a stopped rental's transfer sandbox),
+    admitted as one of its sessions (a files request counts with its shells: one renter cannot open a thousand);
+    the caller leaves the registry after."""
+    t = files_target(p, user, instance_id, transfers)
     registry.admit(t.instance_id)
     return t
 

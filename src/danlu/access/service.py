@@ -17,7 +17,7 @@ from danlu.accounts import teams
 from danlu.accounts.credentials import session_user
 from danlu.accounts.service import authenticate, hash_token
 from danlu.compute import views
-from danlu.compute.lifecycle import Status
+from danlu.compute.lifecycle import KEEPS_WORKSPACE, Status
 from danlu.compute.runs import session_env
 from danlu.context import Platform
 from danlu.core.errors import Conflict, DanluError, Forbidden, NotFound, Unauthorized
@@ -55,6 +55,7 @@ class Target:
     run_handle: str
     env: dict[str, str]  # the renter's own variables and the platform's, as the run has them
     job_id: str | None = None  # a job's run: re-checked through the job
+    transfer: bool = False  # a stopped rental's transfer sandbox (danlu.access.transfer): file commands only
 
 
 def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -> str:
@@ -91,11 +92,25 @@ def _user(s: Session, p: Platform, cred: Credentials, object_id: str) -> User:
     return authenticate(s, cred.bearer)
 
 
-def _enterable(s: Session, user: User, inst: Instance, what: str) -> Target:
+def check_manager(s: Session, user: User, inst: Instance) -> None:
+    """Sessions and files are the renter's, or the team's owners' and admins', and nobody's while suspended."""
     if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
         raise Forbidden(
             "team_role_required", "only the renter or the team's owners and admins can open a session into it"
         )
+    if user.suspended_reason is not None:
+        raise Forbidden("user_suspended", f"your account is suspended ({user.suspended_reason}); ask the operator")
+
+
+def user_of(p: Platform, cred: Credentials, object_id: str) -> User:
+    with p.db.read() as s:
+        user = _user(s, p, cred, object_id)
+        s.expunge(user)
+        return user
+
+
+def _enterable(s: Session, user: User, inst: Instance, what: str) -> Target:
+    check_manager(s, user, inst)
     handle = _check(user, inst.status, inst.run_handle, what)
     return Target(inst.id, handle, session_env(s, inst))
 
@@ -154,6 +169,17 @@ def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> 
 
 def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | None:
     """None while the caller may keep the session open, else why not (for its status frame)."""
+    if t.transfer:  # a stopped rental's files: while it stays stopped and the caller may manage it
+        try:
+            with p.db.read() as s:
+                user = _user(s, p, cred, t.instance_id)
+                inst = views.get_owned(s, user, t.instance_id)
+                check_manager(s, user, inst)
+                if Status(inst.status) not in KEEPS_WORKSPACE:
+                    return Conflict("instance_not_running", f"{t.instance_id} is {inst.status} now: open a new session")
+        except DanluError as exc:
+            return exc
+        return None
     try:
         _, now = any_target(p, cred, t.job_id or t.instance_id)
     except DanluError as exc:

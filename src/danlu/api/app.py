@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from danlu import __version__
 from danlu.access import sessions
+from danlu.access.transfer import Transfers
 from danlu.accounts.payers import currency
 from danlu.advisor.plans import PlatformPlans, offpeak_window
 from danlu.api import errors
@@ -112,6 +113,8 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     # (and before the console's catch-alls); no other route starts with /p/ or /pa/.
     app.router.routes[:0] = ports_router.ROUTES
     app.state.sessions = sessions.Registry()
+    app.state.transfers = Transfers(platform, app.state.sessions)  # stopped rentals' files (access/transfer.py)
+    platform.end_transfers = app.state.transfers.end
     if platform.settings.ssh_port is not None:  # the SSH gateway lives and dies with the app
         from danlu.access.ssh import SshGateway
 

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import typer
 
-from danlu.access import protocol
+from danlu.access import filescripts, protocol
 from danlu.cli.client import Client
 from danlu.cli.output import console, err_console, fail, print_json
 from danlu.cli.session_cmds import _connect, _frames, _status
@@ -109,9 +109,7 @@ def _run(client: Client, iid: str, script: str, *args: str) -> tuple[int, bytes,
 
 
 def _remote_hashes(client: Client, iid: str, root: str, name: str) -> dict[str, str]:
-    code, out, err = _run(
-        client, iid, 'cd -- "$1" && find "$2" -type f -print0 | xargs -0 -r sha256sum -z --', root, name
-    )
+    code, out, err = _run(client, iid, filescripts.CP_HASHES, root, name)
     if code != 0:
         fail(f"could not check the copy in the instance: {err.decode(errors='replace').strip()}", "copy_unverified")
     hashes = {}
@@ -191,11 +189,10 @@ def upload(client: Client, local: Path, iid: str, remote: str, show: bool) -> di
     tree = list(_local_tree(local))
     total = sum(p.stat().st_size for p in tree if p.is_file() and not p.is_symlink())
     info = client.get(f"/instances/{iid}")
-    if info["status"] != "running":
-        fail(f"instance {iid} is {info['status']}: files are copied into a running instance; start it first",
+    if info["status"] in ("pending", "stopping", "destroyed"):  # running or stopped: the server decides
+        fail(f"instance {iid} is {info['status']}: files are copied into a running or stopped instance",
              "instance_not_running")  # fmt: skip
-    probe = 'if [ -d "$1" ]; then echo dir; else echo new; fi; du -skx /workspace "${DANLU_CHECKPOINT_DIR:-/workspace}"'
-    _, out, _ = _run(client, iid, probe + " 2>/dev/null", remote)
+    _, out, _ = _run(client, iid, filescripts.CP_PROBE, remote)
     lines = out.decode().split("\n")
     used = 1024 * sum(int(x.split()[0]) for x in lines[1:] if x.split() and x.split()[0].isdigit())
     limit = int((info.get("sandbox") or {}).get("disk_mb") or 0) * MiB
@@ -207,8 +204,7 @@ def upload(client: Client, local: Path, iid: str, remote: str, show: bool) -> di
         root, name = remote, local.name
     else:
         root, name = os.path.dirname(remote.rstrip("/")) or ".", os.path.basename(remote.rstrip("/"))
-    session = _Session(client, iid, ["sh", "-c", 'mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner',
-                                     "danlu-cp", root])  # fmt: skip
+    session = _Session(client, iid, ["sh", "-c", filescripts.CP_UNPACK, "danlu-cp", root])
     sink = _Sink()
     sender = session.send_all(sink.chunks())
     advance, done = _progress(total, show)
@@ -253,7 +249,7 @@ def download(client: Client, iid: str, remote: str, local: Path, show: bool) -> 
         dest, rename = local.parent if str(local.parent) else Path("."), local.name
         if not dest.is_dir():
             fail(f"{dest} is not a folder here", "invalid_copy")
-    session = _Session(client, iid, ["sh", "-c", 'cd -- "$1" && exec tar -c -f - -- "$2"', "danlu-cp", parent, name])
+    session = _Session(client, iid, ["sh", "-c", filescripts.CP_PACK, "danlu-cp", parent, name])
     session.no_stdin()
     advance, done = _progress(0, show)
     skipped: list[str] = []

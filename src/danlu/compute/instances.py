@@ -358,6 +358,7 @@ def start(
         transition(s, inst, Status.PENDING, reason, now, "start")
         spec = build_spec(p, s, inst, alloc, log_key=instance_id)
         begin_launch(p, instance_id)
+    p.end_transfers(instance_id)  # its workspace's transfer sandbox, if files moved while it was stopped
     launch(p, instance_id, spec)
     return show(p, user, instance_id)
 
@@ -522,6 +523,7 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
         p.backend.release(handle)
     elif orphaned:
         p.backend.discard(instance_id)
+    p.end_transfers(instance_id)
     volume.release(p.workspaces / instance_id)  # its own file system, where the kernel holds the disk limit
     for folder in (p.workspaces / instance_id, p.run_dirs / instance_id, p.control_dir(instance_id)):
         fstree.remove_tree(folder)  # renter-built trees of any depth (shutil.rmtree recursed and raised)

@@ -344,6 +344,7 @@ def storage_retention(p: Platform) -> tuple[int, int]:
                     )
                 )
                 workspace = inst.workspace
+            p.end_transfers(inst_id)
             volume.release(Path(workspace))
             fstree.remove_tree(workspace)
             released += 1

@@ -46,7 +46,7 @@ def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery
     """A folder of the instance: its entries, links to download each, and the upload form."""
     i = show_instance(_checked_id(instance_id), ctx.platform, ctx.me)
     registry: Registry = request.app.state.sessions
-    t = files.open_target(ctx.platform, ctx.me, i.id, registry)
+    t = files.open_target(ctx.platform, ctx.me, i.id, registry, request.app.state.transfers)
     try:
         entries, more = files.listing(ctx.platform.backend, t, path)
     finally:
@@ -72,7 +72,9 @@ def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery
 async def download(instance_id: str, request: Request, path: FolderQuery = ".") -> Response:
     ctx = await run_in_threadpool(page, request)
     registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(files.open_target, ctx.platform, ctx.me, _checked_id(instance_id), registry)
+    t = await run_in_threadpool(
+        files.open_target, ctx.platform, ctx.me, _checked_id(instance_id), registry, request.app.state.transfers
+    )
     try:
         d = await run_in_threadpool(files.download, ctx.platform.backend, t, path)
     except BaseException:
@@ -90,7 +92,7 @@ async def upload(instance_id: str, request: Request) -> Response:
     declared = request.headers.get("content-length", "")
     if not declared.isdigit():
         raise InvalidInput("invalid_upload", ctx._("The upload did not say its size; send it from the form."))
-    t = await run_in_threadpool(access.running_of, ctx.platform, ctx.me, iid)
+    await run_in_threadpool(show_instance, iid, ctx.platform, ctx.me)  # another tenant's: 404 before anything
     await run_in_threadpool(files.refuse_if_too_large, ctx.platform, iid, ctx._("the upload"), int(declared))
     form = await request.form(max_files=MAX_UPLOAD_FILES, max_fields=10)
     try:
@@ -104,7 +106,7 @@ async def upload(instance_id: str, request: Request) -> Response:
         if not chosen:
             raise InvalidInput("invalid_upload", ctx._("Choose one or more files to upload first."))
         registry: Registry = request.app.state.sessions
-        registry.admit(t.instance_id)
+        t = await run_in_threadpool(files.open_target, ctx.platform, ctx.me, iid, registry, request.app.state.transfers)
         try:
             total = 0
             for f in chosen:

@@ -60,7 +60,7 @@ async def download(
 ) -> StreamingResponse:
     """Download a file of a running instance, or a folder as a tar stream, read in the sandbox as you."""
     registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry)
+    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry, request.app.state.transfers)
     try:
         d = await run_in_threadpool(files.download, p.backend, t, path)
     except BaseException:
@@ -129,7 +129,7 @@ async def upload(
     declared = request.headers.get("content-length", "")
     content_length = int(declared) if declared.isdigit() else None  # none: chunked, the disk limit stops it
     registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry)
+    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry, request.app.state.transfers)
     try:
         await run_in_threadpool(files.refuse_if_too_large, p, t.instance_id, path, content_length)
         up = await run_in_threadpool(files.Upload, p.backend, t, path)
@@ -153,7 +153,7 @@ def entries(
 ) -> list[EntryOut]:
     """The entries of a folder of a running instance (as you see it), by name; at most 2,000."""
     registry: Registry = request.app.state.sessions
-    t = files.open_target(p, user, instance_id, registry)
+    t = files.open_target(p, user, instance_id, registry, request.app.state.transfers)
     try:
         found, _ = files.listing(p.backend, t, path)
     finally:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from danlu.access import protocol, relay, service, sessions
+from danlu.access import filescripts, protocol, relay, service, sessions, transfer
 from danlu.accounts.credentials import CONSOLE_COOKIE
 from danlu.backend import EnterError
 from danlu.context import Platform
@@ -105,7 +105,10 @@ async def _session(ws: WebSocket, resolve: Any, object_id: str) -> None:
         if not same_origin(ws):
             raise Forbidden("bad_origin", "a session opens only from danlu's own pages or a client without an Origin")
         command, tty, size = _options(ws)
-        _, target = await run_in_threadpool(resolve, p, token, object_id)
+        if resolve is service.target and filescripts.is_file_command(command):  # `danlu cp`, stopped rentals too
+            target = await run_in_threadpool(transfer.files_target_of, p, token, object_id, ws.app.state.transfers)
+        else:
+            _, target = await run_in_threadpool(resolve, p, token, object_id)
         registry.admit(target.instance_id)
     except DanluError as exc:
         await _refuse(ws, exc)

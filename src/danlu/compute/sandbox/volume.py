@@ -34,6 +34,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 from danlu.backend import LaunchError
@@ -133,6 +134,20 @@ def _unmount(folder: Path, lazy: bool = False) -> None:
     _run("umount", "--lazy", str(folder), what=f"could not unmount {folder}")
 
 
+def _detached(image: Path, folder: Path, wait_s: float = 3.0) -> None:
+    """After the host's unmount, the image's loop device goes once nothing else mounts it; one still attached
+    means a mount in another namespace (a sandbox that outlived its run, a rental's transfer sandbox): the file
+    system is in use there and must not be checked or resized. ``LaunchError`` then."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        r = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True, env={"PATH": SAFE_PATH})
+        if r.returncode == 0 and not r.stdout.strip():
+            return
+        if time.monotonic() > deadline:
+            raise LaunchError(f"{folder} is in use by another process (its file system is mounted elsewhere)")
+        time.sleep(0.05)
+
+
 def _make(image: Path, disk_bytes: int, files: int) -> None:
     size, journal_mib = first_size(disk_bytes, files)
     image.parent.mkdir(mode=0o700, exist_ok=True)
@@ -178,7 +193,10 @@ def fit(image: Path, folder: Path, disk_bytes: int) -> None:
             return
         try:
             _unmount(folder)
+            _detached(image, folder)
         except LaunchError:
+            if not os.path.ismount(folder):
+                _mount(image, folder)
             if have < disk_bytes:
                 raise
             log.warning("%s is in use: left at its size", folder)
