@@ -121,3 +121,25 @@ def test_a_download_its_client_abandons_leaves_nothing_running(
         return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["cat", "--", "big"]]
 
     wait_for(lambda: readers() == [] and registry.open_count(iid) == 0, timeout=60)
+
+
+def test_a_broken_download_resumes_from_where_it_stopped(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    data = os.urandom(1 << 20)
+    assert c.put(f"/instances/{iid}/files", params={"path": "ckpt.pt"}, content=data).status_code == 200
+    whole = c.get(f"/instances/{iid}/files", params={"path": "ckpt.pt"})
+    assert whole.headers["content-length"] == str(len(data)) and whole.headers["accept-ranges"] == "bytes"
+    got = data[:300_000]  # what arrived before the connection dropped
+    rest = c.get(f"/instances/{iid}/files", params={"path": "ckpt.pt"}, headers={"Range": f"bytes={len(got)}-"})
+    assert rest.status_code == 206, rest.text
+    assert rest.headers["content-range"] == f"bytes {len(got)}-{len(data) - 1}/{len(data)}"
+    assert got + rest.content == data
+    middle = c.get(f"/instances/{iid}/files", params={"path": "ckpt.pt"}, headers={"Range": "bytes=10-19"})
+    assert middle.status_code == 206 and middle.content == data[10:20]
+    past = c.get(f"/instances/{iid}/files", params={"path": "ckpt.pt"}, headers={"Range": f"bytes={len(data)}-"})
+    assert past.status_code == 416 and past.json()["error"]["details"] == {"size": len(data)}
+    several = c.get(f"/instances/{iid}/files", params={"path": "ckpt.pt"}, headers={"Range": "bytes=0-1,5-9"})
+    assert several.status_code == 200 and several.content == data  # another form: the whole file

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ CHUNK = 1 << 20
 MAX_PATH = 4096
 MAX_ENTRIES = 2000  # a folder page lists this many entries at most
 ERR_BYTES = 4096
+RANGE = re.compile(r"^bytes=(\d{1,18})-(\d{0,18})$")
 
 
 def open_target(p: Platform, user: User, instance_id: str, registry: sessions.Registry, transfers: Transfers) -> Target:
@@ -91,20 +93,37 @@ class Download:
     name: str  # what the browser saves it as
     chunks: Iterator[bytes]
     close: Callable[[], None]  # idempotent: ends the command (a response whose client left never iterates)
+    size: int | None = None  # a file's whole size
 
 
-def download(backend: Backend, t: Target, path: str) -> Download:
-    """A file's bytes, or a folder as a tar stream (read as it is sent: constant memory)."""
-    sp = _start(backend, t, DOWNLOAD, check_path(path))
+def parse_range(header: str | None) -> tuple[int, int | None] | None:
+    """``Range: bytes=START-`` or ``bytes=START-END`` (one range): (offset, length or None). Any other form — a
+    suffix range, several ranges — is ignored and the whole file sent, as RFC 9110 allows."""
+    m = RANGE.match(header or "")
+    if m is None:
+        return None
+    start, end = int(m.group(1)), m.group(2)
+    if end == "":
+        return start, None
+    return (start, int(end) - start + 1) if int(end) >= start else None
+
+
+def download(backend: Backend, t: Target, path: str, offset: int = 0, length: int | None = None) -> Download:
+    """A file's bytes (from ``offset``, ``length`` of them: a resumed download), or a folder as a tar stream;
+    read as it is sent, in constant memory."""
+    sp = _start(backend, t, DOWNLOAD, check_path(path), str(offset), str(-1 if length is None else length))
     sp.close_stdin()
-    first = os.read(sp.stdout, 1)
-    if first not in (b"D", b"F"):
+    first = b""
+    while len(first) < 32 and not first.endswith(b"\n") and (byte := os.read(sp.stdout, 1)):
+        first += byte
+    if first[:1] not in (b"D", b"F") or not first.endswith(b"\n"):
         err = _drain(sp.stderr, ERR_BYTES).decode(errors="replace").strip()
         sp.kill()
         sp.close()
         raise NotFound("file_not_found", f"{err or f'no such file or folder: {path}'} (in {t.instance_id})")
     base = os.path.basename(os.path.normpath(path)) if path not in (".", "/") else t.instance_id
-    kind = "folder" if first == b"D" else "file"
+    kind = "folder" if first[:1] == b"D" else "file"
+    size = int(first[1:].strip()) if kind == "file" and first[1:].strip().isdigit() else None
 
     def close() -> None:  # the end, or the client went away: nothing of it is left running (idempotent)
         sp.kill()
@@ -117,7 +136,7 @@ def download(backend: Backend, t: Target, path: str) -> Download:
         finally:
             close()
 
-    return Download(kind, base + (".tar" if kind == "folder" else ""), chunks(), close)
+    return Download(kind, base + (".tar" if kind == "folder" else ""), chunks(), close, size)
 
 
 class Upload:

@@ -6,9 +6,13 @@ script's text), run as ``sh -c SCRIPT NAME ARGS…``."""
 from __future__ import annotations
 
 # files over HTTP
+# A first line says what follows: "D" (a folder, as tar) or "F" and the file's size; then the bytes from offset $2
+# ($3 of them, or to the end when $3 is -1: a Range request).
 DOWNLOAD = (
-    'p=$1; if [ -d "$p" ]; then printf D; exec tar -C "$p" -cf - . 2>/dev/null; '
-    'elif [ -f "$p" ]; then printf F; exec cat -- "$p" 2>/dev/null; fi; '
+    'p=$1; if [ -d "$p" ]; then echo D; exec tar -C "$p" -cf - . 2>/dev/null; '
+    'elif [ -f "$p" ]; then echo "F$(stat -L -c %s -- "$p")"; '
+    'if [ "$3" -lt 0 ]; then exec tail -c "+$(($2 + 1))" -- "$p" 2>/dev/null; fi; '
+    'tail -c "+$(($2 + 1))" -- "$p" 2>/dev/null | head -c "$3"; exit 0; fi; '
     'echo "no such file or folder: $p" >&2; exit 2'
 )
 UPLOAD = (

@@ -76,12 +76,13 @@ async def download(instance_id: str, request: Request, path: FolderQuery = ".") 
         files.open_target, ctx.platform, ctx.me, _checked_id(instance_id), registry, request.app.state.transfers
     )
     try:
-        d = await run_in_threadpool(files.download, ctx.platform.backend, t, path)
+        wanted = files.parse_range(request.headers.get("range"))  # a browser resuming a broken download
+        d = await run_in_threadpool(files.download, ctx.platform.backend, t, path, *(wanted or (0, None)))
     except BaseException:
         registry.leave(t.instance_id)
         raise
 
-    return download_response(d, registry, t.instance_id, SECURITY_HEADERS)
+    return download_response(d, registry, t.instance_id, dict(SECURITY_HEADERS), wanted)
 
 
 @router.post("/instances/{instance_id}/files")

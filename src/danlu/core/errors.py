@@ -30,6 +30,11 @@ class InvalidInput(DanluError):
     default_code = "invalid_input"
 
 
+class RangeNotSatisfiable(DanluError):
+    http_status = 416
+    default_code = "range_not_satisfiable"
+
+
 class Unauthorized(DanluError):
     http_status = 401
     default_code = "unauthorized"

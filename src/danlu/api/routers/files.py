@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
@@ -17,6 +17,7 @@ from danlu.access.sessions import Registry
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import InstanceIdPath, errors
+from danlu.core.errors import RangeNotSatisfiable
 
 router = APIRouter(tags=["files"], responses=errors(401))
 list_router = APIRouter(route_class=ListRoute, tags=["files"], responses=errors(401))
@@ -50,31 +51,42 @@ DOWNLOAD_DOC: dict[int | str, dict[str, object]] = {
         "content": {"application/octet-stream": {}, "application/x-tar": {}},
         "description": "the file's bytes, or the folder as a tar stream (X-Danlu-Kind: file or folder)",
     },
-    **errors(400, 404, 409),
+    206: {
+        "content": {"application/octet-stream": {}},
+        "description": "the byte range a `Range: bytes=START-` or `bytes=START-END` header asked for (a file only)",
+    },
+    **errors(400, 404, 409, 416),
 }
 
 
 @router.get("/instances/{instance_id}/files", response_class=StreamingResponse, responses=DOWNLOAD_DOC)
 async def download(
     instance_id: InstanceIdPath, path: PathQuery, p: PlatformDep, user: CurrentUser, request: Request
-) -> StreamingResponse:
+) -> Response:
     """Download a file of a running instance, or a folder as a tar stream, read in the sandbox as you."""
     registry: Registry = request.app.state.sessions
     t = await run_in_threadpool(files.open_target, p, user, instance_id, registry, request.app.state.transfers)
     try:
-        d = await run_in_threadpool(files.download, p.backend, t, path)
+        wanted = files.parse_range(request.headers.get("range"))
+        d = await run_in_threadpool(files.download, p.backend, t, path, *(wanted or (0, None)))
     except BaseException:
         registry.leave(t.instance_id)
         raise
 
-    return download_response(d, registry, t.instance_id, {"X-Danlu-Kind": d.kind, "Cache-Control": "no-store"})
+    return download_response(d, registry, t.instance_id, {"X-Danlu-Kind": d.kind, "Cache-Control": "no-store"}, wanted)
 
 
 def download_response(
-    d: files.Download, registry: Registry, instance_id: str, headers: dict[str, str]
-) -> StreamingResponse:
+    d: files.Download,
+    registry: Registry,
+    instance_id: str,
+    headers: dict[str, str],
+    wanted: tuple[int, int | None] | None = None,
+) -> Response:
     """The download as it is read; after the response, sent or abandoned by its client (whose response may
-    never iterate), the command ends and the instance's session count drops, once."""
+    never iterate), the command ends and the instance's session count drops, once. A file says its length and
+    takes a byte range (``wanted``, from ``Range``: 206, or 416 past its end), so a broken download resumes
+    (``curl -C -``, a browser's resume)."""
     left: list[bool] = []
 
     def done() -> None:
@@ -85,7 +97,25 @@ def download_response(
 
     media = "application/x-tar" if d.kind == "folder" else "application/octet-stream"
     headers = headers | {"Content-Disposition": disposition(d.name)}
-    return StreamingResponse(d.chunks, media_type=media, headers=headers, background=BackgroundTask(done))
+    status = 200
+    if d.kind == "file" and d.size is not None:
+        headers["Accept-Ranges"] = "bytes"
+        start, length = wanted or (0, None)
+        if wanted is not None and start >= d.size:
+            done()
+            raise RangeNotSatisfiable(
+                "range_not_satisfiable",
+                f"the range starts at byte {start}, past the end of {d.name} ({d.size} bytes); ask for less",
+                size=d.size,
+            )
+        end = d.size - 1 if length is None else min(d.size - 1, start + length - 1)
+        headers["Content-Length"] = str(end - start + 1)
+        if wanted is not None:
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{d.size}"
+    return StreamingResponse(
+        d.chunks, status_code=status, media_type=media, headers=headers, background=BackgroundTask(done)
+    )
 
 
 def disposition(name: str) -> str:

@@ -56,6 +56,7 @@ _STATUS_TEXT = {
     404: "No such object for this user (another tenant's objects are not found either)",
     409: "Conflicts with the object's current state or the platform's capacity",
     422: "Invalid input (`invalid_request` or a specific code)",
+    416: "The byte range asked for starts past the file's end (`range_not_satisfiable`)",
     429: "Over a quota (`gpu_quota_exceeded`), or too many wrong tokens (`too_many_attempts`, Retry-After)",
     503: "This server cannot sandbox renters' code now (`sandbox_unavailable`)",
 }
