@@ -41,16 +41,21 @@ def _rlimits(h: dict[str, Any], sb: SandboxOptions) -> dict[str, tuple[int, int]
 
 def _wait_built(init_pid: int, timeout_s: float = 10.0) -> None:
     """bubblewrap names its child (the sandbox's init) before the child has built the sandbox's file system: a
-    session joining its mount namespace then would find the host's tree there, without /workspace (a files
-    request right after a rental started failed so). Wait until the child's root is no longer the host's."""
+    session joining its mount namespace then would find the host's tree there, or bubblewrap's half-built
+    staging root, without /workspace (a files request right after a rental started failed so; an exec right
+    after one exited 125). Wait until the child's root is its own and holds /workspace: bubblewrap binds everything
+    into the new root before it moves into it."""
     host = os.stat("/")
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             root = os.stat(f"/proc/{init_pid}/root")
+            built = (root.st_dev, root.st_ino) != (host.st_dev, host.st_ino) and os.path.isdir(
+                f"/proc/{init_pid}/root/workspace"
+            )
         except OSError as exc:
             raise EnterError("the run has ended") from exc
-        if (root.st_dev, root.st_ino) != (host.st_dev, host.st_ino):
+        if built:
             return
         if time.monotonic() > deadline:
             raise EnterError("the sandbox is still being built; try again in a few seconds")
