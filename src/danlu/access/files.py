@@ -20,6 +20,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,18 @@ def open_target(p: Platform, user: User, instance_id: str, registry: sessions.Re
     return t
 
 
+@contextmanager
+def admitted(
+    p: Platform, user: User, instance_id: str, registry: sessions.Registry, transfers: Transfers
+) -> Iterator[Target]:
+    """:func:`open_target` for the length of a ``with`` block."""
+    t = open_target(p, user, instance_id, registry, transfers)
+    try:
+        yield t
+    finally:
+        registry.leave(t.instance_id)
+
+
 def check_path(path: str) -> str:
     """A path in the instance: relative ones are under its workspace (its ``HOME`` and working folder)."""
     if not path or len(path) > MAX_PATH or "\0" in path:
@@ -74,9 +87,8 @@ def _drain(fd: int | None, limit: int = 1 << 20) -> bytes:
     return bytes(out)
 
 
-def _run(backend: Backend, t: Target, script: str, *args: str) -> tuple[int, bytes, str]:
-    """A short command to its end: exit code, stdout (≤ 1 MiB), the end of stderr."""
-    sp = _start(backend, t, script, *args)
+def _collect(sp: sessions.SessionProcess) -> tuple[int, bytes, str]:
+    """A command to its end, its input closed: exit code, stdout (≤ 1 MiB), the end of stderr."""
     try:
         sp.close_stdin()
         out = _drain(sp.stdout)
@@ -85,6 +97,11 @@ def _run(backend: Backend, t: Target, script: str, *args: str) -> tuple[int, byt
     finally:
         sp.kill()
         sp.close()
+
+
+def _run(backend: Backend, t: Target, script: str, *args: str) -> tuple[int, bytes, str]:
+    """A short command to its end (:func:`_collect`)."""
+    return _collect(_start(backend, t, script, *args))
 
 
 @dataclass
@@ -113,21 +130,21 @@ def download(backend: Backend, t: Target, path: str, offset: int = 0, length: in
     read as it is sent, in constant memory."""
     sp = _start(backend, t, DOWNLOAD, check_path(path), str(offset), str(-1 if length is None else length))
     sp.close_stdin()
+
+    def close() -> None:  # the end, or the client went away: nothing of it is left running (idempotent)
+        sp.kill()
+        sp.close()
+
     first = b""
     while len(first) < 32 and not first.endswith(b"\n") and (byte := os.read(sp.stdout, 1)):
         first += byte
     if first[:1] not in (b"D", b"F") or not first.endswith(b"\n"):
         err = _drain(sp.stderr, ERR_BYTES).decode(errors="replace").strip()
-        sp.kill()
-        sp.close()
+        close()
         raise NotFound("file_not_found", f"{err or f'no such file or folder: {path}'} (in {t.instance_id})")
     base = os.path.basename(os.path.normpath(path)) if path not in (".", "/") else t.instance_id
     kind = "folder" if first[:1] == b"D" else "file"
     size = int(first[1:].strip()) if kind == "file" and first[1:].strip().isdigit() else None
-
-    def close() -> None:  # the end, or the client went away: nothing of it is left running (idempotent)
-        sp.kill()
-        sp.close()
 
     def chunks() -> Iterator[bytes]:
         try:
@@ -166,15 +183,8 @@ class Upload:
     def finish(self, expected_sha256: str | None = None) -> dict[str, object]:
         """Compare the checksums and rename it into place; raises (and removes the temporary file) when
         the upload failed or its bytes differ."""
-        sp = self.sp
-        try:
-            sp.close_stdin()
-            out = _drain(sp.stdout).decode(errors="replace").removesuffix("\n").split("\n")
-            err = _drain(sp.stderr, ERR_BYTES).decode(errors="replace").strip()[-500:]
-            code = sp.proc.wait()
-        finally:
-            sp.kill()
-            sp.close()
+        code, raw, err = _collect(self.sp)
+        out = raw.decode(errors="replace").removesuffix("\n").split("\n")
         if code != 0 or len(out) < 2:
             # ENOSPC (the kernel's limit), EDQUOT, EFBIG (RLIMIT_FSIZE: one file past the limit)
             if any(s in err for s in ("No space left", "Disk quota", "File too large", "File size limit")):
@@ -255,8 +265,10 @@ def free_bytes(p: Platform, instance_id: str) -> int | None:
 
 def refuse_if_too_large(p: Platform, instance_id: str, path: str, declared: int | None) -> None:
     """``409 disk_limit`` before a byte is written when the declared size cannot fit."""
+    if declared is None:  # chunked: the disk limit stops it as it is written
+        return
     free = free_bytes(p, instance_id)
-    if declared is not None and free is not None and declared > free:
+    if free is not None and declared > free:
         raise Conflict(
             "disk_limit",
             f"{path} ({declared >> 20} MiB) does not fit: {instance_id}'s workspace has {free >> 20} MiB free of "

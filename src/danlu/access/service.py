@@ -58,9 +58,7 @@ class Target:
     transfer: bool = False  # a stopped rental's transfer sandbox (danlu.access.transfer): file commands only
 
 
-def _check(user: User, inst_status: str, handle: str | None, instance_id: str) -> str:
-    if user.suspended_reason is not None:
-        raise Forbidden("user_suspended", f"your account is suspended ({user.suspended_reason}); ask the operator")
+def _check(inst_status: str, handle: str | None, instance_id: str) -> str:
     if inst_status != Status.RUNNING or handle is None:
         raise Conflict(
             "instance_not_running",
@@ -109,9 +107,9 @@ def user_of(p: Platform, cred: Credentials, object_id: str) -> User:
         return user
 
 
-def _enterable(s: Session, user: User, inst: Instance, what: str) -> Target:
+def enterable(s: Session, user: User, inst: Instance, what: str) -> Target:
     check_manager(s, user, inst)
-    handle = _check(user, inst.status, inst.run_handle, what)
+    handle = _check(inst.status, inst.run_handle, what)  # check_manager said who; this, whether it runs
     return Target(inst.id, handle, session_env(s, inst))
 
 
@@ -120,7 +118,7 @@ def target(p: Platform, cred: Credentials, instance_id: str) -> tuple[User, Targ
     and admins) and it is running. Another tenant's instance is ``instance_not_found``."""
     with p.db.read() as s:
         user = _user(s, p, cred, instance_id)
-        t = _enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
+        t = enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
         s.expunge(user)
         return user, t
 
@@ -138,7 +136,7 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
             raise Conflict("job_not_running", f"job {job_id}'s run {inst.id} is starting; try again in a few seconds")
         if inst is None or inst.status != Status.RUNNING:
             raise Conflict("job_not_running", f"job {job_id} is {job.status}: sessions open into a running job's run")
-        t = _enterable(s, user, inst, job_id)
+        t = enterable(s, user, inst, job_id)
         s.expunge(user)
         return user, replace(t, job_id=job.id)
 
@@ -203,7 +201,7 @@ async def lost(p: Platform, cred: Credentials, t: Target) -> DanluError:
 def running_of(p: Platform, user: User, instance_id: str) -> Target:
     """:func:`target` for a caller already authenticated (a REST route's bearer token)."""
     with p.db.read() as s:
-        return _enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
+        return enterable(s, user, views.get_owned(s, user, instance_id), instance_id)
 
 
 def ports_of(p: Platform, user: User, instance_id: str) -> list[int]:

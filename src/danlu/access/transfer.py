@@ -179,7 +179,7 @@ def files_target(p: Platform, user: User, instance_id: str, transfers: Transfers
     with p.db.read() as s:
         inst = views.get_owned(s, user, instance_id)
         if inst.status == Status.RUNNING:
-            return service.running_of(p, user, instance_id)
+            return service.enterable(s, user, inst, instance_id)
         service.check_manager(s, user, inst)
         s.expunge(inst)
     return Target(inst.id, transfers.handle_for(inst), {}, transfer=True)

@@ -20,7 +20,7 @@ from danlu.access import files
 from danlu.access import service as access
 from danlu.access.sessions import Registry
 from danlu.accounts.credentials import csrf_ok
-from danlu.api.routers.files import download_response
+from danlu.api.routers.files import serve_download
 from danlu.api.routers.instances import show as show_instance
 from danlu.backend import Backend
 from danlu.console.web import SECURITY_HEADERS, BadCsrf, ConsoleRoute, Page, back, page, with_flash
@@ -45,12 +45,8 @@ def _joined(folder: str, name: str) -> str:
 def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery = ".") -> Response:
     """A folder of the instance: its entries, links to download each, and the upload form."""
     i = show_instance(_checked_id(instance_id), ctx.platform, ctx.me)
-    registry: Registry = request.app.state.sessions
-    t = files.open_target(ctx.platform, ctx.me, i.id, registry, request.app.state.transfers)
-    try:
+    with files.admitted(ctx.platform, ctx.me, i.id, request.app.state.sessions, request.app.state.transfers) as t:
         entries, more = files.listing(ctx.platform.backend, t, path)
-    finally:
-        registry.leave(t.instance_id)
     lead = "/" if path.startswith("/") else ""
     parts = [p for p in path.split("/") if p and p != "."]
     crumbs = [(name, lead + "/".join(parts[: n + 1])) for n, name in enumerate(parts)]
@@ -70,19 +66,8 @@ def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery
 
 @router.get("/instances/{instance_id}/files/download")
 async def download(instance_id: str, request: Request, path: FolderQuery = ".") -> Response:
-    ctx = await run_in_threadpool(page, request)
-    registry: Registry = request.app.state.sessions
-    t = await run_in_threadpool(
-        files.open_target, ctx.platform, ctx.me, _checked_id(instance_id), registry, request.app.state.transfers
-    )
-    try:
-        wanted = files.parse_range(request.headers.get("range"))  # a browser resuming a broken download
-        d = await run_in_threadpool(files.download, ctx.platform.backend, t, path, *(wanted or (0, None)))
-    except BaseException:
-        registry.leave(t.instance_id)
-        raise
-
-    return download_response(d, registry, t.instance_id, dict(SECURITY_HEADERS), wanted)
+    ctx = await run_in_threadpool(page, request)  # a browser resuming a broken download sends a Range too
+    return await serve_download(ctx.platform, ctx.me, _checked_id(instance_id), path, request, SECURITY_HEADERS)
 
 
 @router.post("/instances/{instance_id}/files")

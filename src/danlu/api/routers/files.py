@@ -17,6 +17,7 @@ from danlu.access.sessions import Registry
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import InstanceIdPath, errors
+from danlu.context import Platform
 from danlu.core.errors import RangeNotSatisfiable
 
 router = APIRouter(tags=["files"], responses=errors(401))
@@ -64,6 +65,13 @@ async def download(
     instance_id: InstanceIdPath, path: PathQuery, p: PlatformDep, user: CurrentUser, request: Request
 ) -> Response:
     """Download a file of a running instance, or a folder as a tar stream, read in the sandbox as you."""
+    return await serve_download(p, user, instance_id, path, request, {"Cache-Control": "no-store"})
+
+
+async def serve_download(
+    p: Platform, user: CurrentUser, instance_id: str, path: str, request: Request, headers: dict[str, str]
+) -> Response:
+    """A download for the API and the console alike: the file (from its ``Range``, if any) or the folder."""
     registry: Registry = request.app.state.sessions
     t = await run_in_threadpool(files.open_target, p, user, instance_id, registry, request.app.state.transfers)
     try:
@@ -72,16 +80,15 @@ async def download(
     except BaseException:
         registry.leave(t.instance_id)
         raise
+    return _response(d, registry, t.instance_id, headers, wanted)
 
-    return download_response(d, registry, t.instance_id, {"X-Danlu-Kind": d.kind, "Cache-Control": "no-store"}, wanted)
 
-
-def download_response(
+def _response(
     d: files.Download,
     registry: Registry,
     instance_id: str,
     headers: dict[str, str],
-    wanted: tuple[int, int | None] | None = None,
+    wanted: tuple[int, int | None] | None,
 ) -> Response:
     """The download as it is read; after the response, sent or abandoned by its client (whose response may
     never iterate), the command ends and the instance's session count drops, once. A file says its length and
@@ -96,7 +103,7 @@ def download_response(
             registry.leave(instance_id)
 
     media = "application/x-tar" if d.kind == "folder" else "application/octet-stream"
-    headers = headers | {"Content-Disposition": disposition(d.name)}
+    headers = headers | {"Content-Disposition": disposition(d.name), "X-Danlu-Kind": d.kind}
     status = 200
     if d.kind == "file" and d.size is not None:
         headers["Accept-Ranges"] = "bytes"
@@ -182,10 +189,6 @@ def entries(
     instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser, request: Request, path: PathQuery = "."
 ) -> list[EntryOut]:
     """The entries of a folder of a running instance (as you see it), by name; at most 2,000."""
-    registry: Registry = request.app.state.sessions
-    t = files.open_target(p, user, instance_id, registry, request.app.state.transfers)
-    try:
+    with files.admitted(p, user, instance_id, request.app.state.sessions, request.app.state.transfers) as t:
         found, _ = files.listing(p.backend, t, path)
-    finally:
-        registry.leave(t.instance_id)
     return [EntryOut(name=e.name, kind=e.kind, bytes=e.bytes, modified_s=e.modified_s) for e in found]

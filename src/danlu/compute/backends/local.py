@@ -160,9 +160,7 @@ class LocalBackend:
         for suffix in ("exit", "started", "reason"):
             (run_dir / f"{spec.run_id}.{suffix}").unlink(missing_ok=True)
         uid = spec.uid if self.sandbox is not None and self.sandbox.as_root else None
-        kernel_disk = self.sandbox is not None and self.sandbox.disk == "image" and spec.limits is not None
-        if kernel_disk:
-            assert spec.limits is not None
+        if self.sandbox is not None and self.sandbox.disk == "image" and spec.limits is not None:
             volume.ensure(volume_folder(spec), spec.limits.disk_bytes, file_limit(spec.limits.disk_bytes))
         for folder in (spec.workspace, spec.checkpoints):
             if folder is not None:
@@ -188,7 +186,7 @@ class LocalBackend:
                 )
                 h.update(ws=str(spec.workspace), disk=limits.disk_bytes, mem=limits.memory_bytes, pids=limits.pids)
                 h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
-                if kernel_disk:
+                if self.sandbox.disk == "image":
                     h["kd"] = True  # the kernel holds its disk limit: the watcher only reads the use
             h.update(pid=pid, ct=psutil.Process(pid).create_time(), ws=str(spec.workspace))
         except BaseException as exc:

@@ -90,8 +90,12 @@ def image_of(folder: Path) -> Path:
     return folder.parent.parent / "volumes" / f"{folder.parent.name}.{folder.name}{SUFFIX}"
 
 
+def _call(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, env={"PATH": SAFE_PATH}, stdin=subprocess.DEVNULL)
+
+
 def _run(*cmd: str, what: str, ok: tuple[int, ...] = (0,)) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": SAFE_PATH}, stdin=subprocess.DEVNULL)
+    r = _call(*cmd)
     if r.returncode not in ok:
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
         raise LaunchError(f"{what}: {tail[0]}")
@@ -104,9 +108,7 @@ def _mount(image: Path, folder: Path) -> None:
     # it, 1.03x (benchmarks/disk_limit.py). Speed only: where the host's file system refuses, it stays off.
     device = _source(folder)
     if device.startswith("/dev/loop"):
-        r = subprocess.run(
-            ["losetup", "--direct-io=on", device], capture_output=True, text=True, env={"PATH": SAFE_PATH}
-        )
+        r = _call("losetup", "--direct-io=on", device)
         if r.returncode != 0:
             log.info("direct I/O stays off for %s: %s", device, r.stderr.strip())
 
@@ -126,7 +128,7 @@ def _unmount(folder: Path, lazy: bool = False) -> None:
     """Unmount ``folder``. Busy (a process has a file open in it): ``lazy`` detaches it now, the kernel freeing
     it when the last file closes (only for a file system about to be deleted); otherwise ``LaunchError``: a
     file system still in use must never be checked or resized."""
-    r = subprocess.run(["umount", str(folder)], capture_output=True, text=True, env={"PATH": SAFE_PATH})
+    r = _call("umount", str(folder))
     if r.returncode == 0 or not os.path.ismount(folder):
         return
     if not lazy:
@@ -140,7 +142,7 @@ def _detached(image: Path, folder: Path, wait_s: float = 3.0) -> None:
     system is in use there and must not be checked or resized. ``LaunchError`` then."""
     deadline = time.monotonic() + wait_s
     while True:
-        r = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True, env={"PATH": SAFE_PATH})
+        r = _call("losetup", "-j", str(image))
         if r.returncode == 0 and not r.stdout.strip():
             return
         if time.monotonic() > deadline:
