@@ -35,9 +35,8 @@ from danlu.billing import storage, vouchers
 from danlu.billing.caps import hard_caps, in_scope
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
 from danlu.compute import fstree, hold_ends
-from danlu.compute.instances import is_launching, request_stop, terminate_runs, transition
+from danlu.compute.instances import is_launching, policy_stop, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
-from danlu.compute.runs import write_preempt_deadline
 from danlu.compute.sandbox import volume
 from danlu.compute.storage import end_storage
 from danlu.context import Platform
@@ -352,9 +351,10 @@ def storage_retention(p: Platform) -> tuple[int, int]:
 
 
 def stop_capped(p: Platform, instance_ids: list[str]) -> None:
-    """Stop instances whose hard budget cap was reached, with the preemption notice: the deadline
-    file says when the run is killed; billing already ended at the cap."""
+    """Stop instances whose hard budget cap was reached, with the preemption notice (billing already
+    ended at the cap), and say so in the feed and to webhooks (``budget_stop``)."""
     handles: list[str | None] = []
+    reason = "hard budget cap reached: raise the budget to start again"
     with p.db.write() as s:
         for inst in s.scalars(
             select(Instance)
@@ -362,13 +362,8 @@ def stop_capped(p: Platform, instance_ids: list[str]) -> None:
             .order_by(Instance.id)
             .with_for_update()
         ).all():
-            grace = p.settings.preempt_notice_s
-            write_preempt_deadline(p, inst.id, p.clock.now_ms() + grace * 1000)
-            handles.append(
-                request_stop(
-                    p, s, inst, StopCause.BUDGET_CAP, "hard budget cap reached: raise the budget to start again", grace
-                )
-            )
+            handles.append(policy_stop(p, s, inst, StopCause.BUDGET_CAP, reason))
+            s.add(Event.about_instance(inst, "budget_stop", reason, p.clock.now_ms()))
     terminate_runs(p, handles)
 
 
@@ -398,4 +393,5 @@ def stop_all_for_exhausted(p: Platform, billing_account_id: int) -> None:
                     p.settings.exhausted_grace_s,
                 )
             )
+            s.add(Event.about_instance(inst, "balance_stop", inst.stop_reason or "", p.clock.now_ms()))
     terminate_runs(p, handles)

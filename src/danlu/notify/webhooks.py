@@ -57,6 +57,8 @@ KINDS = (
     "low_balance",
     "voucher_expiring",
     "efficiency_hint",
+    "budget_stop",
+    "balance_stop",
 )
 TIMEOUT_S = 5.0
 BATCH = 50
