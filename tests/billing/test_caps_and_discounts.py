@@ -8,14 +8,14 @@ from sqlalchemy import select
 
 from danlu.accounts import teams
 from danlu.accounts.payers import personal_account
-from danlu.billing import budgets, student, vouchers
+from danlu.billing import budgets, student, terms, vouchers
 from danlu.billing import service as billing
-from danlu.compute import instances, views
+from danlu.compute import holds, instances, views
 from danlu.compute.reconcile import meter_all
 from danlu.compute.runs import PREEMPT_FILE
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
-from danlu.core.errors import Forbidden, InvalidInput
+from danlu.core.errors import Forbidden, InsufficientFunds, InvalidInput
 from danlu.db.models import AllocationRow, Event, UsageRecordRow
 from tests.billing.test_metering import assert_ledger_consistent, renter
 from tests.billing.test_money_machine import check_books
@@ -208,3 +208,21 @@ def test_a_rental_needs_a_minutes_room_under_a_hard_cap_as_under_the_balance(
     assert views.list_instances(p, user) == []
     budgets.set_budget(p, user, team=None, period="month", hard="0.60")
     assert instances.rent(p, user, "A100-80GB", 1, ["x"]).status == "running"
+
+
+def test_a_team_without_money_is_named_with_who_can_top_it_up(p: Platform) -> None:
+    """A member renting on a team whose balance is empty was told "top up first" as if it were their
+    own balance (issue 28, finding 11): the message names the team and the command that tops it up."""
+    owner = renter(p, "tara", "100.00")  # her own money does not pay for the team's rentals
+    teams.create_team(p, owner, "emptylab")
+    terms.set_term(p, "package-week", "20")
+    with pytest.raises(InsufficientFunds) as rent_error:
+        instances.rent(p, owner, "A100-80GB", 1, ["x"], team="emptylab")
+    with pytest.raises(InsufficientFunds) as buy_error:
+        holds.buy(p, owner, "package-week", "A100-80GB", 1, team="emptylab")
+    for err in (rent_error.value, buy_error.value):
+        assert "team emptylab's balance" in err.message, err.message
+        assert "danlu admin team topup emptylab" in err.message, err.message
+    with pytest.raises(InsufficientFunds) as own:  # a personal account's words are unchanged
+        instances.rent(p, renter(p, "poor", None), "A100-80GB", 1, ["x"])
+    assert own.value.message.startswith("the balance 0.00 CNY") and "team" not in own.value.message

@@ -41,3 +41,16 @@ def create_billing_account(
     session.add(Account(kind="cash", ref=f"ba:{ba.id}", billing_account_id=ba.id, currency=cur, balance_minor=0))
     session.flush()
     return ba
+
+
+def whose_balance(ba: BillingAccount) -> str:
+    """How a message names the payer's balance: "the balance" of one's own account, "team NAME's balance"."""
+    return f"team {ba.name}'s balance" if ba.kind == "team" else "the balance"
+
+
+def top_up_hint(ba: BillingAccount) -> str:
+    """What to do when the payer's money does not cover something: a team's is topped up by the operator
+    for the team, which its members cannot do from their own balance."""
+    if ba.kind == "team":
+        return f"ask the operator to top up the team (`danlu admin team topup {ba.name} AMOUNT`)"
+    return "top up first"

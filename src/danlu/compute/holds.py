@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.accounts import teams
-from danlu.accounts.payers import billing_account, currency, personal_account
+from danlu.accounts.payers import billing_account, currency, personal_account, top_up_hint, whose_balance
 from danlu.billing import commitments
 from danlu.billing.accounts import cash_account, lock_billing_account, post, system_account
 from danlu.billing.caps import announce, spent_minor, zone
@@ -318,12 +318,13 @@ def buy_in(
     check_quota(s, user.id, count)
     check_member_quota(s, payer, user.id, count)
     _check_caps(s, payer, user.id, q.amount_minor, now_ms)
-    credit = billing_account(s, payer).credit_limit_minor
-    if balance - q.amount_minor < -credit:
+    account = billing_account(s, payer)
+    if balance - q.amount_minor < -account.credit_limit_minor:
         raise InsufficientFunds(
             "insufficient_funds",
-            f"{t.label} of {count}x {q.gpu_model} costs {format_minor(q.amount_minor, cur)} {cur} and the balance is "
-            f"{format_minor(balance, cur)} {cur}; top up first (vouchers pay for usage, not for packages)",
+            f"{t.label} of {count}x {q.gpu_model} costs {format_minor(q.amount_minor, cur)} {cur} and "
+            f"{whose_balance(account)} is {format_minor(balance, cur)} {cur}; {top_up_hint(account)} "
+            "(vouchers pay for usage, not for packages)",
         )
     hold_id = "h-" + secrets.token_hex(5)
     host_id, _gpus = allocations.hold(s, q.gpu_model, count, hold_id)
@@ -359,7 +360,7 @@ def buy_in(
         memo=f"{t.name} of {count}x {q.gpu_model} ({hold_id})",
         postings=[Posting(cash.id, -q.amount_minor), Posting(system_account(s, "revenue").id, q.amount_minor)],
         now_ms=now_ms,
-        floors={cash.id: -credit},
+        floors={cash.id: -account.credit_limit_minor},
     )
     s.add(
         ChargeRow(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from danlu.accounts.payers import billing_account, currency, personal_account
+from danlu.accounts.payers import billing_account, currency, personal_account, top_up_hint, whose_balance
 from danlu.billing import posting, tariffs
 from danlu.billing.accounts import cash_account, lock_billing_account
 from danlu.billing.caps import covers, hard_caps
@@ -107,7 +107,8 @@ def open_allocation(
     price = plan_price(session, inst.gpu_model, plan)
     row = plan_for_usage(session, inst.gpu_model, plan)
     cash = cash_account(session, inst.billing_account_id).balance_minor
-    credit_limit = billing_account(session, inst.billing_account_id).credit_limit_minor
+    payer = billing_account(session, inst.billing_account_id)
+    credit_limit = payer.credit_limit_minor
     needed = cumulative_cost(
         Rate(
             row.price_per_hour_minor,
@@ -126,9 +127,9 @@ def open_allocation(
         cur = price.currency
         raise InsufficientFunds(
             "insufficient_funds",
-            f"the balance {format_minor(cash, cur)} {cur} (and vouchers) does not cover "
+            f"{whose_balance(payer)} {format_minor(cash, cur)} {cur} (and vouchers) does not cover "
             f"{p.settings.min_prepaid_seconds} s of {inst.gpu_count}× {inst.gpu_model} "
-            f"({format_minor(needed, cur)} {cur}); top up first",
+            f"({format_minor(needed, cur)} {cur}); {top_up_hint(payer)}",
         )
     if inst.job_id is None:
         _check_hard_caps(session, inst, now_ms, max(needed, 1))
