@@ -55,7 +55,6 @@ def test_student_discount_tariffs_and_storage_commands(server: tuple[str, Path])
     cli("admin", "price", "set", "A100-80GB", "36.00")
     stu = cli.json("admin", "user", "create", "stu")["token"]  # type: ignore[index]
 
-    assert cli.json("admin", "student", "discount", "20") == {"percent": "20"}
     assert "no student verification" in cli("student", "status", token=stu).stdout
     pending: Any = cli.json("student", "verify", "Tsinghua University", "--evidence", "stu@tsinghua.edu.cn", token=stu)
     assert pending["status"] == "pending"
@@ -66,7 +65,10 @@ def test_student_discount_tariffs_and_storage_commands(server: tuple[str, Path])
     cli("admin", "student", "refuse", "stu", "--reason", "use your university e-mail")
     assert "use your university e-mail" in cli("student", "status", token=stu).stdout
     cli("student", "verify", "Tsinghua University", token=stu)
-    assert "approved" in cli("admin", "student", "approve", "stu").stdout
+    approved = cli("admin", "student", "approve", "stu").stdout
+    # The discount is still 0 %: the approval says how to give one (issue 28, finding 11: it gave 0 % silently).
+    assert "approved" in approved and "danlu admin student discount PERCENT" in approved
+    assert cli.json("admin", "student", "discount", "20") == {"percent": "20"}
     status: Any = cli.json("student", "status", token=stu)
     assert (status["status"], status["discount"]) == ("approved", "20")
 
@@ -76,8 +78,21 @@ def test_student_discount_tariffs_and_storage_commands(server: tuple[str, Path])
             "admin", "tariff", "add", name, "--days", every, "--from", start, "--to", end, "--multiplier", "0.5"
         )
         assert (rule["from"], rule["to"], rule["multiplier"]) == (start, end, "0.5")
-    bad = cli("admin", "tariff", "add", "x", "--days", every, "--from", "23:00", "--to", "23:00", "--multiplier", "0.5",
-              ok=False)
+    bad = cli(
+        "admin",
+        "tariff",
+        "add",
+        "x",
+        "--days",
+        every,
+        "--from",
+        "23:00",
+        "--to",
+        "23:00",
+        "--multiplier",
+        "0.5",
+        ok=False,
+    )
     assert bad.returncode != 0 and "invalid_tariff" in bad.stderr
     [a100] = [o for o in cli.json("offers", token=stu) if o["gpu_model"] == "A100-80GB"]  # type: ignore[union-attr]
     assert (a100["price_per_hour"], a100["price_now"]) == ("36.00", "18.00"), a100

@@ -189,7 +189,11 @@ def test_student_verification_asked_in_the_form_and_decided_by_the_operator(live
     assert "send a student card number" in page and 'id="student-form"' in page
     _post(live, c, "/student", "/student", institution="Tsinghua University", evidence="card 2026-0042")
     _, notes = _after(op, _post(live, op, "/operator/students", "/operator/students/alice/approve"))
-    assert notes == ["Approved: alice (Tsinghua University)"]
+    # The discount is still 0 %: the flash says so (issue 28, finding 11: an approval gave nothing, silently).
+    assert notes == [
+        "Approved: alice (Tsinghua University) The student discount is 0%: set it below, or approved students get "
+        "nothing."
+    ]
     assert api.get("/student/verification").json()["status"] == "approved"
     assert "No requests are waiting." in op.get("/operator/students").text
 

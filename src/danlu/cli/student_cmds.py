@@ -14,7 +14,7 @@ student_app = typer.Typer(help="The student discount: ask for academic verificat
 admin_student_app = typer.Typer(help="Student verification requests and the discount.", no_args_is_help=True)
 
 
-def _text(v: dict[str, Any]) -> str:
+def _status_text(v: dict[str, Any]) -> str:
     if v["status"] == "none":
         return "no student verification; ask with `danlu student verify INSTITUTION`"
     line = f"{v['user']}: student verification {v['status']} ({v['institution']})"
@@ -25,8 +25,15 @@ def _text(v: dict[str, Any]) -> str:
     return line
 
 
-def _say(v: dict[str, Any], as_json: bool) -> None:
-    print_json(v) if as_json else console.print(_text(v), markup=False, highlight=False, soft_wrap=True)
+def _say(v: dict[str, Any], as_json: bool, *, operator: bool = False) -> None:
+    print_json(v) if as_json else console.print(_text(v, operator), markup=False, highlight=False, soft_wrap=True)
+
+
+def _text(v: dict[str, Any], operator: bool = False) -> str:
+    line = _status_text(v)
+    if operator and v["status"] == "approved" and v["discount"] == "0":  # approved, and it gives nothing yet
+        line += "; set the discount students get with `danlu admin student discount PERCENT`"
+    return line
 
 
 @student_app.command("verify")
@@ -59,7 +66,7 @@ def requests(as_json: bool = JsonOpt) -> None:
 @admin_student_app.command("approve")
 def approve(user: str, as_json: bool = JsonOpt) -> None:
     """Approve USER's pending request: their rentals from now on get the discount."""
-    _say(Client().post(f"/admin/student/{user}/approve"), as_json)
+    _say(Client().post(f"/admin/student/{user}/approve"), as_json, operator=True)
 
 
 @admin_student_app.command("refuse")

@@ -317,7 +317,10 @@ def _user_name(name: str) -> str:
 @router.post("/operator/students/{name}/approve")
 def approve_student(ctx: OperatorPost, name: str) -> Response:
     out = student_api.approve(_user_name(name), ctx.platform, ctx.me)
-    return with_flash(back("/operator/students"), "ok", ctx._("Approved:") + f" {out.user} ({out.institution})")
+    said = ctx._("Approved:") + f" {out.user} ({out.institution})"
+    if out.discount == "0":  # approved, and it gives nothing until the operator sets a discount
+        said += " " + ctx._("The student discount is 0%: set it below, or approved students get nothing.")
+    return with_flash(back("/operator/students"), "ok", said)
 
 
 @router.post("/operator/students/{name}/refuse")
