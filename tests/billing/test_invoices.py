@@ -373,7 +373,7 @@ def test_exports_carry_the_invoice(p: Platform, fake_clock: FakeClock) -> None:
     # The statement in 简体中文 (issue 28, finding 12): the same figures, its words Chinese.
     zh = render(view, "html", "zh_CN")
     for needed in ('<html lang="zh-CN">', "发票 编号 1", "付款方", "ann（个人账户）", "2026-01（自然月）", "已定稿",
-                   "GPU 时长（秒）", "合计（CNY）", inst, "2.00"):  # fmt: skip
+                   "计费时长", "合计（CNY）", inst, "2.00"):  # fmt: skip
         assert needed in zh, needed
     for english in ("Billed to", "Invoice", "calendar month", "List price", "nothing further is due"):
         assert english not in zh, english
@@ -425,3 +425,31 @@ def test_a_removed_instance_still_shows_and_explains_its_cost(p: Platform, fake_
     for read in (lambda: views.show(p, eve, iid), lambda: explain_cost(p, eve, iid)):
         with pytest.raises(NotFound):
             read()
+
+
+def test_the_statement_says_billed_time_not_gpu_time_and_a_terms_length_in_words(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """Issue 28, finding 11: the column "GPU time (s)" held an allocation's wall seconds (2 GPUs for 100 s
+    read 100, not 200 GPU-seconds), its total added them to package terms, and a package line read 604800
+    and its refund −604790. The statement now says billed time, in words, per line; a term's line says so."""
+    from danlu.billing.invoices import InvoiceView, LineView
+
+    ann = renter(p, "ann")
+    use(p, fake_clock, ann, 3_725, gpus=2)
+    fake_clock.set(FEB_DUE)
+    invoices.finalize_due(p, fake_clock.now_ms())
+    page = render(invoices.invoice_of(p, ann, "2026-01"), "html")
+    assert "GPU time (s)" not in page and "Billed time" in page
+    assert '<td class="n">1 h 2 min 5 s</td>' in page  # 3,725 s of the allocation, whatever its GPU count
+    assert "× GPUs × price per GPU-hour" in page  # the note says how the time is priced
+    zh = render(invoices.invoice_of(p, ann, "2026-01"), "html", "zh_CN")
+    assert "计费时长" in zh and '<td class="n">1小时2分5秒</td>' in zh
+    week = LineView("h-1", "package-week of 1 x A100-80GB", "package-week", 604_800, 3_600, 1, 0, 0, 1)
+    refund = LineView("h-1", "refund of package-week", "package-week", -604_790, 3_600, -1, 0, 0, -1)
+    held = InvoiceView(1, "ann", "personal", "2026-01", "draft", None, "CNY", [week, refund])
+    terms = render(held, "html")
+    assert '<td class="n">7 d (term)</td>' in terms and '<td class="n">−6 d 23 h 59 min 50 s (unused)</td>' in terms
+    assert "604800" not in terms and "604790" not in terms and "-10" not in terms  # nor a sum of the two
+    assert "7天（期限）" in render(held, "html", "zh_CN")
+    assert [r["seconds"] for r in csv.DictReader(io.StringIO(render(held, "csv")))][:2] == ["604800", "-604790"]

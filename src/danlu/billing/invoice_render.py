@@ -9,7 +9,8 @@ import json
 from datetime import UTC, datetime
 from html import escape
 
-from danlu.billing.invoices import FORMATS, InvoiceView
+from danlu.billing.commitments import TERMS
+from danlu.billing.invoices import FORMATS, InvoiceView, LineView
 from danlu.core.errors import InvalidInput
 
 _COLUMNS = ("description", "plan", "seconds", "price_per_hour", "gross", "discount", "vouchers", "cash", "amount")
@@ -21,12 +22,15 @@ _WORDS: dict[str, dict[str, str]] = {
         "total": "Total ({cur})", "billed_to": "Billed to", "account": "{name} ({kind} account)",
         "period": "Period", "month": "{period} (calendar month)", "status": "Status", "issued": "Issued",
         "currency": "Currency", "draft_status": "draft", "final_status": "final",
-        "h_description": "Description", "h_plan": "Plan", "h_seconds": "GPU time (s)", "h_price": "Price / GPU-h",
+        "h_description": "Description", "h_plan": "Plan", "h_seconds": "Billed time", "h_price": "Price / GPU-h",
         "h_gross": "List price", "h_discount": "Discount", "h_vouchers": "Vouchers", "h_cash": "Cash",
         "h_amount": "Amount",
-        "note": "GPU time is billed per whole second from each allocation's start. Amount = list price\n"
-        "&minus; discount = vouchers + cash. Cash was paid from the account's prepaid balance; nothing further is "
-        "due.\n"
+        "units": "d h min s", "unit_sep": " ", "term": "{span} (term)", "unused": "{span} (unused)",
+        "note": "GPU time is billed per whole second from each allocation's start; billed time is the allocation's,\n"
+        "whatever its GPU count: list price = billed time × GPUs × price per GPU-hour. Amount = list price\n"
+        "&minus; discount = vouchers + cash. A package's or reservation's line is its whole term, paid at purchase;\n"
+        "a refund's, the part of the term not used. Cash was paid from the account's prepaid balance; nothing\n"
+        "further is due.\n"
         "Adjustment lines are usage of an earlier, already final period posted after it closed.",
     },
     "zh_CN": {
@@ -35,10 +39,13 @@ _WORDS: dict[str, dict[str, str]] = {
         "total": "合计（{cur}）", "billed_to": "付款方", "account": "{name}（{kind}账户）",
         "period": "账期", "month": "{period}（自然月）", "status": "状态", "issued": "开具日期",
         "currency": "货币", "draft_status": "草稿", "final_status": "已定稿",
-        "h_description": "说明", "h_plan": "计划", "h_seconds": "GPU 时长（秒）", "h_price": "单价 / GPU·小时",
+        "h_description": "说明", "h_plan": "计划", "h_seconds": "计费时长", "h_price": "单价 / GPU·小时",
         "h_gross": "标价", "h_discount": "折扣", "h_vouchers": "代金券", "h_cash": "现金",
         "h_amount": "金额",
-        "note": "GPU 时长从每次分配开始按整秒计费。金额 = 标价 &minus; 折扣 = 代金券 + 现金。\n"
+        "units": "天 小时 分 秒", "unit_sep": "", "term": "{span}（期限）", "unused": "{span}（未使用）",
+        "note": "GPU 时长从每次分配开始按整秒计费；计费时长是这次分配的时长，与 GPU 数量无关：\n"
+        "标价 = 计费时长 × GPU 数 × 每 GPU·小时单价。金额 = 标价 &minus; 折扣 = 代金券 + 现金。\n"
+        "套餐或预留的行是购买时支付的整个期限；退款行是未使用的部分。\n"
         "现金已从账户的预付余额中支付，无需另行付款。调整行是某个已定稿的较早账期在结算后才入账的用量。",
     },
 }  # fmt: skip
@@ -80,6 +87,24 @@ def _csv(view: InvoiceView) -> str:
     return out.getvalue()
 
 
+def _span(seconds: int, w: dict[str, str]) -> str:
+    """Whole seconds in the statement's words: ``1 h 2 min 5 s``, ``7 d``; ``1小时2分5秒``, ``7天``."""
+    left, parts = abs(seconds), []
+    for size, unit in zip((86_400, 3_600, 60, 1), w["units"].split(), strict=True):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{w['unit_sep']}{unit}")
+    return ("−" if seconds < 0 else "") + (" " if w["unit_sep"] else "").join(parts or [f"0{w['unit_sep']}{unit}"])
+
+
+def _billed_time(line: LineView, w: dict[str, str]) -> str:
+    """A usage line's billed time; a package's or reservation's line says it is the term (or its unused part)."""
+    span = _span(line.seconds, w)
+    if line.plan in TERMS:
+        return w["term" if line.seconds >= 0 else "unused"].format(span=span)
+    return span
+
+
 def _html(view: InvoiceView, w: dict[str, str], kinds: dict[str, str]) -> str:
     data = view.as_dict()
     cur = escape(view.currency)
@@ -92,18 +117,18 @@ def _html(view: InvoiceView, w: dict[str, str], kinds: dict[str, str]) -> str:
         else w["not_issued"]
     )
     rows = []
-    for line in data["lines"]:  # type: ignore[attr-defined]
+    for src, line in zip(view.lines, data["lines"], strict=True):  # type: ignore[call-overload]
+        shown = {**line, "seconds": _billed_time(src, w)}
         cells = "".join(
-            f'<td class="n">{escape(str(line[c]))}</td>' if i >= 2 else f"<td>{escape(str(line[c]))}</td>"
+            f'<td class="n">{escape(str(shown[c]))}</td>' if i >= 2 else f"<td>{escape(str(shown[c]))}</td>"
             for i, c in enumerate(_COLUMNS)
         )
         rows.append(f"<tr>{cells}</tr>")
     if not rows:
         rows.append(f'<tr><td colspan="{len(_COLUMNS)}">{w["no_usage"]}</td></tr>')
     heads = "".join(f'<th class="n">{w[h]}</th>' if i >= 2 else f"<th>{w[h]}</th>" for i, h in enumerate(_HEADS))
-    seconds = sum(x.seconds for x in view.lines)
-    foot = (
-        f'<tr><td colspan="2">{w["total"].format(cur=cur)}</td><td class="n">{seconds}</td><td></td>'
+    foot = (  # no total of the time column: its lines add allocations of any GPU count and packages' terms
+        f'<tr><td colspan="2">{w["total"].format(cur=cur)}</td><td></td><td></td>'
         + "".join(f'<td class="n">{escape(str(data[k]))}</td>' for k in ("gross", "discount", "vouchers", "cash"))
         + f'<td class="n">{escape(str(data["total"]))}</td></tr>'
     )

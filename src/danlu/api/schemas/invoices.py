@@ -35,7 +35,10 @@ class InvoiceLineOut(BaseModel):
     instance_id: str
     description: str
     plan: str
-    seconds: int = Field(description="Whole billed seconds of GPU time (per allocation, not per GPU)")
+    seconds: int = Field(
+        description="Whole billed seconds of the allocation, whatever its GPU count (list price = seconds × GPUs × "
+        "price per GPU-hour); a package's or reservation's line: its term, a refund's: minus the unused part"
+    )
     price_per_hour: str = Field(description="Per GPU-hour")
     gross: str = Field(description="List price")
     discount: str
