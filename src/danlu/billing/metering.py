@@ -73,7 +73,8 @@ def _period_text(start_ms: int, end_ms: int) -> str:
 
 
 def _seconds_text(ms: int) -> str:
-    return f"{ms // 1000} s" if ms % 1000 == 0 else f"{ms / 1000:.1f} s"
+    """Exact, to the millisecond: 100,999 ms read "101.0 s" (rounded) before."""
+    return f"{ms // 1000} s" if ms % 1000 == 0 else f"{ms // 1000}.{ms % 1000:03d}".rstrip("0") + " s"
 
 
 def usage_memo(parts: list[UsagePart], most: int = 3) -> str:
