@@ -37,7 +37,15 @@ def extract() -> Catalog:
         comment_tags=(),
         strip_comment_tags=True,
     )
-    for filename, lineno, message, _comments, _context in found:
+    # The platform's stored sentences (danlu.i18n.sentences: templates the console translates).
+    sentences = extract_from_dir(
+        str(ROOT / "src" / "danlu" / "i18n"),
+        method_map=[("sentences.py", "python")],
+        keywords={"N_": None},
+        comment_tags=(),
+        strip_comment_tags=True,
+    )
+    for filename, lineno, message, _comments, _context in [*found, *sentences]:
         if isinstance(message, str) and message:
             pot.add(message, locations=[(filename, lineno)])
     return pot

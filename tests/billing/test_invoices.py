@@ -434,6 +434,7 @@ def test_the_statement_says_billed_time_not_gpu_time_and_a_terms_length_in_words
     read 100, not 200 GPU-seconds), its total added them to package terms, and a package line read 604800
     and its refund −604790. The statement now says billed time, in words, per line; a term's line says so."""
     from danlu.billing.invoices import InvoiceView, LineView
+    from danlu.i18n.catalogs import translations
 
     ann = renter(p, "ann")
     use(p, fake_clock, ann, 3_725, gpus=2)
@@ -443,8 +444,9 @@ def test_the_statement_says_billed_time_not_gpu_time_and_a_terms_length_in_words
     assert "GPU time (s)" not in page and "Billed time" in page
     assert '<td class="n">1 h 2 min 5 s</td>' in page  # 3,725 s of the allocation, whatever its GPU count
     assert "× GPUs × price per GPU-hour" in page  # the note says how the time is priced
-    zh = render(invoices.invoice_of(p, ann, "2026-01"), "html", "zh_CN")
+    zh = render(invoices.invoice_of(p, ann, "2026-01"), "html", "zh_CN", translations("zh_CN").gettext)
     assert "计费时长" in zh and '<td class="n">1小时2分5秒</td>' in zh
+    assert "<td>2× A100-80GB 按量，实例 i-" in zh  # its line in Chinese too (finding 12), the figures the same
     week = LineView("h-1", "package-week of 1 x A100-80GB", "package-week", 604_800, 3_600, 1, 0, 0, 1)
     refund = LineView("h-1", "refund of package-week", "package-week", -604_790, 3_600, -1, 0, 0, -1)
     held = InvoiceView(1, "ann", "personal", "2026-01", "draft", None, "CNY", [week, refund])

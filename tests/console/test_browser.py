@@ -160,8 +160,9 @@ def test_the_walkthrough_in_english_then_chinese_and_the_operator(site: LiveServ
     op.goto(f"{site.url}/operator/gpus")
     _shot(op, "operator-gpus-en")
     page.goto(f"{site.url}/instances/{iid}")
+    # The renter reads in 简体中文: the platform's sentence translated, the operator's own words as written.
     expect(page.locator('#facts [data-field="reason"]')).to_contain_text(
-        "stopped by the operator: GPU 3 is overheating", timeout=15_000
+        "已被运营方停止：GPU 3 is overheating；进程已结束", timeout=15_000
     )
 
     # Another tenant: alice's instance is a 404 page for bob, and the operator's pages too.

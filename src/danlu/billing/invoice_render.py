@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from html import escape
 
 from danlu.billing.commitments import TERMS
 from danlu.billing.invoices import FORMATS, InvoiceView, LineView
 from danlu.core.errors import InvalidInput
+from danlu.i18n.sentences import translate
 
 _COLUMNS = ("description", "plan", "seconds", "price_per_hour", "gross", "discount", "vouchers", "cash", "amount")
 # The HTML statement's words per language (issue 28, finding 12); JSON and CSV keep English keys for programs.
@@ -62,14 +64,15 @@ tfoot td{font-weight:600;border-top:2px solid #111}.meta td{border:none;padding:
 """
 
 
-def render(view: InvoiceView, fmt: str, lang: str = "en") -> str:
-    """``view`` as ``fmt`` (json | csv | html); the HTML statement in ``lang`` (en | zh_CN)."""
+def render(view: InvoiceView, fmt: str, lang: str = "en", gettext: Callable[[str], str] | None = None) -> str:
+    """``view`` as ``fmt`` (json | csv | html); the HTML statement in ``lang`` (en | zh_CN), its lines'
+    descriptions read through ``gettext`` (that language's catalog; danlu.i18n.sentences)."""
     if fmt == "json":
         return json.dumps(view.as_dict(), indent=2) + "\n"
     if fmt == "csv":
         return _csv(view)
     if fmt == "html":
-        return _html(view, _WORDS.get(lang, _WORDS["en"]), _KINDS.get(lang, {}))
+        return _html(view, _WORDS.get(lang, _WORDS["en"]), _KINDS.get(lang, {}), gettext or (lambda text: text))
     raise InvalidInput("invalid_format", f"an invoice is exported as one of {', '.join(FORMATS)}, not {fmt!r}")
 
 
@@ -105,7 +108,7 @@ def _billed_time(line: LineView, w: dict[str, str]) -> str:
     return span
 
 
-def _html(view: InvoiceView, w: dict[str, str], kinds: dict[str, str]) -> str:
+def _html(view: InvoiceView, w: dict[str, str], kinds: dict[str, str], gettext: Callable[[str], str]) -> str:
     data = view.as_dict()
     cur = escape(view.currency)
     number = (
@@ -118,7 +121,7 @@ def _html(view: InvoiceView, w: dict[str, str], kinds: dict[str, str]) -> str:
     )
     rows = []
     for src, line in zip(view.lines, data["lines"], strict=True):  # type: ignore[call-overload]
-        shown = {**line, "seconds": _billed_time(src, w)}
+        shown = {**line, "seconds": _billed_time(src, w), "description": translate(src.description, gettext)}
         cells = "".join(
             f'<td class="n">{escape(str(shown[c]))}</td>' if i >= 2 else f"<td>{escape(str(shown[c]))}</td>"
             for i, c in enumerate(_COLUMNS)

@@ -67,7 +67,7 @@ def _instances_snapshot(ctx: Ctx) -> list[dict[str, str]]:
                 "id": o.id,
                 "status": o.status,
                 "status_text": ctx._(o.status),
-                "reason": o.status_reason,
+                "reason": ctx.said(o.status_reason),
                 "cost": ctx.fmt.money(o.cost, o.currency),
                 "billed": ctx.fmt.duration(o.billed_seconds),
             }

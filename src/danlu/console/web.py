@@ -29,6 +29,7 @@ from danlu.core.errors import DanluError, Forbidden, InvalidInput, NotFound
 from danlu.db.models import User
 from danlu.i18n.catalogs import LANGUAGES, Formatter, formatter, negotiate
 from danlu.i18n.errors import localized
+from danlu.i18n.sentences import translate
 
 log = logging.getLogger(__name__)
 COOKIE = CONSOLE_COOKIE
@@ -97,6 +98,11 @@ class Ctx:
     def _(self, message: str) -> str:
         return self.fmt.gettext(message)
 
+    def said(self, sentence: str | None) -> str:
+        """A sentence the platform stored in English (an event, a reason, a memo, an invoice line) in the
+        page's language (danlu.i18n.sentences); as stored where no template knows it."""
+        return translate(sentence or "", self.fmt.gettext)
+
     def error_text(self, e: DanluError) -> str:
         """``e``'s message in the console's language: its catalog translation where the console wrote it,
         as is where it is already in that language, else the code's sentence beside it (danlu.i18n.errors)."""
@@ -111,6 +117,7 @@ class Ctx:
         page = templates.get_template(template).render(
             ctx=self,
             _=self._,
+            said=self.said,
             fmt=self.fmt,
             languages=LANGUAGES,
             version=__version__,

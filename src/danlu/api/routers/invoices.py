@@ -26,6 +26,7 @@ from danlu.billing import idempotency
 from danlu.billing import invoices as svc
 from danlu.billing.invoice_render import render
 from danlu.compute.cost import explain_cost
+from danlu.i18n.catalogs import translations
 
 router = APIRouter(route_class=ListRoute, tags=["invoices"], responses=errors(401))
 
@@ -63,7 +64,7 @@ def show_invoice(
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
     if format == "html":
-        return HTMLResponse(render(view, "html", lang))
+        return HTMLResponse(render(view, "html", lang, translations(lang).gettext))
     return InvoiceOut.model_validate(view.as_dict())
 
 
