@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000
+REMOVE_WAIT_S = 2.0  # how long a removal waits for just-killed processes to exit
 
 
 class Cgroups(Protocol):
@@ -90,6 +93,21 @@ def _rmdir(path: Path) -> bool:
     return True
 
 
+def _rmdir_when_empty(paths: list[Path], kill: Callable[[], None], wait_s: float = REMOVE_WAIT_S) -> bool:
+    """Remove groups whose processes were just killed: a kill is asynchronous, and an rmdir while a killed
+    process has not yet exited fails (EBUSY). Retried until each is gone, at most ``wait_s`` (a process in
+    uninterruptible sleep can take that long); False if one is still there (the local backend's sweep
+    retries it; on a Slurm node nothing would, and 5 of 13 runs left empty groups: issue 28, finding 8)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        kill()  # again each time: what a killed process forked meanwhile
+        if all([_rmdir(path) for path in paths]):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
 class CgroupV1:
     """Separate ``memory``, ``pids`` and ``cpu`` hierarchies (cgroup v1)."""
 
@@ -138,12 +156,14 @@ class CgroupV1:
         return None  # v1's cpu hierarchy counts no CPU time (cpuacct is apart): the process tree does
 
     def remove(self, name: str) -> bool:
-        for pid in self.procs(name):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return all([_rmdir(base / name) for base in self.bases.values()])
+        def kill() -> None:
+            for pid in self.procs(name):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+        return _rmdir_when_empty([base / name for base in self.bases.values()], kill)
 
     def names(self) -> list[str]:
         base = self.bases["pids"]
@@ -222,12 +242,15 @@ class CgroupV2:
 
     def remove(self, name: str) -> bool:
         g = self.base / name
-        if (g / "cgroup.kill").exists():
-            try:
-                _write(g / "cgroup.kill", "1")
-            except OSError:
-                pass
-        return _rmdir(g)
+
+        def kill() -> None:
+            if (g / "cgroup.kill").exists():
+                try:
+                    _write(g / "cgroup.kill", "1")
+                except OSError:
+                    pass
+
+        return _rmdir_when_empty([g], kill)
 
     def names(self) -> list[str]:
         return sorted(p.name for p in self.base.iterdir() if p.is_dir()) if self.base.is_dir() else []
