@@ -24,6 +24,7 @@ class RecordingBackend:
         self.launching_now: set[str] = set()
         self.logs: dict[str, str] = {}
         self.cpu: dict[str, float] = {}  # run id -> CPU seconds so far (a test advances it)
+        self.heartbeats: dict[str, int] = {}  # handle -> its last heartbeat (a Slurm node's runner), if any
 
     def launch(self, spec: RunSpec) -> str:
         self.launched.append(spec)
@@ -54,6 +55,9 @@ class RecordingBackend:
 
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
         return {h: self.states.get(h, RunState("lost")) for h in handles}
+
+    def alive_until(self, handles: Sequence[str]) -> dict[str, int]:
+        return {h: self.heartbeats[h] for h in handles if h in self.heartbeats}
 
     def terminate(self, handle: str) -> None:
         self.signals.append((handle, "term"))

@@ -228,6 +228,14 @@ class Backend(Protocol):
         """How each run stands now. Cheap enough to call every tick for every run."""
         ...
 
+    def alive_until(self, handles: Sequence[str]) -> dict[str, int]:
+        """For runs whose records can lag their death, the last moment (epoch ms) each was known alive by
+        the run's own heartbeat (Slurm keeps a dead node's jobs RUNNING until its SlurmdTimeout, 300 s in
+        production; the node runner writes a heartbeat every few seconds). A running run is billed no
+        further than this, and a lost one ends there. Runs left out (every run, locally: the platform
+        watches the process itself) are known alive now."""
+        ...
+
     def terminate(self, handle: str) -> None:
         """Ask the run's processes to end (SIGTERM); the run may checkpoint and exit."""
         ...

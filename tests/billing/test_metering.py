@@ -11,10 +11,12 @@ from sqlalchemy.exc import IntegrityError
 
 from danlu.accounts.payers import personal_account
 from danlu.accounts.service import create_user
+from danlu.backend import RunState
 from danlu.billing import service as billing
 from danlu.billing.metering import meter_account, open_allocations_by_account
 from danlu.compute import instances
 from danlu.compute.reconcile import meter_all, reconcile
+from danlu.compute.runs import BackendUnavailable
 from danlu.context import Platform
 from danlu.core.clock import FakeClock
 from danlu.core.errors import InsufficientFunds
@@ -118,6 +120,71 @@ def test_stop_ends_gpu_billing_at_the_request(p: Platform, fake_clock: FakeClock
     reconcile(p)
     view = instances.show(p, user, inst.id)
     assert view.status == "stopped" and view.cost_minor == 30 and view.gpu_indices == []
+    assert_ledger_consistent(p)
+
+
+def test_a_stop_the_backend_cannot_carry_out_now_is_refused_and_changes_nothing(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """Issue 28, finding 8: a stop accepted while the Slurm controller was down ended billing at once, but the
+    job ran on until the controller came back and took the cancel, so Slurm ran longer than was billed. A
+    stop the backend cannot reach is refused (503 backend_unavailable) and the rental runs on, billed by the
+    backend's clock, until a stop reaches it."""
+    user = renter(p, "dora", "100.00")
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    fake_clock.advance(seconds=30)
+    executor.unavailable = lambda: "the Slurm controller does not answer (scontrol ping: no answer)"  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable) as refused:
+        instances.stop(p, user, inst.id)
+    assert refused.value.code == "backend_unavailable" and "try again" in refused.value.message
+    assert instances.show(p, user, inst.id).status == "running" and executor.signals == []
+    fake_clock.advance(seconds=30)
+    executor.unavailable = lambda: None  # type: ignore[method-assign]
+    assert instances.stop(p, user, inst.id).cost_minor == 60  # billed to the stop that reached it
+
+
+def test_a_run_whose_heartbeat_stopped_is_billed_to_its_last_heartbeat_not_to_the_backends_late_end(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    """Issue 28, finding 8: a dead Slurm node's job stays RUNNING in Slurm until its SlurmdTimeout (300 s in
+    production), and was billed all that time although the node's runner beats every 5 s. The meter bills a
+    run no further than its last heartbeat, and a lost run ends there; a late heartbeat catches up."""
+    user = renter(p, "nina", "100.00")
+    inst = instances.rent(p, user, "A100-80GB", 1, ["x"])  # 1 fen per second
+    backend = p.backend
+    assert isinstance(backend, RecordingBackend)
+    handle = backend.last()
+    start = fake_clock.now_ms()
+    backend.heartbeats[handle] = start + 20_000
+    fake_clock.advance(seconds=30)
+
+    def posted() -> int:
+        with p.db.read() as s:
+            return int(
+                s.scalar(
+                    select(func.coalesce(func.sum(UsageRecordRow.amount_minor), 0))
+                    .join(AllocationRow, AllocationRow.id == UsageRecordRow.allocation_id)
+                    .where(AllocationRow.instance_id == inst.id)
+                )
+            )
+
+    meter_all(p)
+    assert posted() == 20  # the beats were late: billed to the last one
+    backend.heartbeats[handle] = start + 30_000
+    meter_all(p)
+    assert posted() == 30  # they came: billed on, nothing lost
+    fake_clock.advance(seconds=300)  # the node died just after its last beat; Slurm says RUNNING meanwhile
+    reconcile(p)
+    meter_all(p)
+    assert posted() == 30
+    backend.states[handle] = RunState("lost", ended_ms=fake_clock.now_ms(), reason="Slurm job 7 ended NODE_FAIL")
+    reconcile(p)
+    view = instances.show(p, user, inst.id)
+    assert (
+        view.status == "lost" and posted() == view.cost_minor == 30 and "last seen alive" in (view.status_reason or "")
+    )
     assert_ledger_consistent(p)
 
 

@@ -293,7 +293,7 @@ def test_a_job_preempted_with_notice_resumes_from_its_checkpoint(slurm_live: Liv
         assert "high ran" in c.get(f"/jobs/{high}/logs").json()["text"]
 
 
-def test_a_dead_node_makes_its_run_lost_billed_until_last_seen(slurm_live: LiveServer) -> None:
+def test_a_dead_node_makes_its_run_lost_billed_until_its_last_heartbeat(slurm_live: LiveServer) -> None:
     p = slurm_live.platform
     with slurm_live.new_user("neo") as c:
         r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 1, "command": ["sleep", "300"]})
@@ -302,8 +302,9 @@ def test_a_dead_node_makes_its_run_lost_billed_until_last_seen(slurm_live: LiveS
         job = job_of(c, inst)
         start = slurm_job(p, job).start_s
         assert start is not None
-        time.sleep(1.5)
+        time.sleep(6.5)  # the node's runner beats every 5 s: at least one beat after the start
         dev("kill-slurmd")  # slurmd and the job's processes die, as with a node that lost power
+        killed = time.time()
         try:
             wait_for(lambda: c.get(f"/instances/{inst}").json()["status"] == "lost", timeout=90)
         finally:
@@ -313,6 +314,9 @@ def test_a_dead_node_makes_its_run_lost_billed_until_last_seen(slurm_live: LiveS
         record = slurm_job(p, job)
         assert record.state == "NODE_FAIL" and record.end_s is not None
         assert 1 <= lost["billed_seconds"] <= record.end_s - start  # never past Slurm's own end
+        # Nor past the run's last heartbeat: Slurm's end comes SlurmdTimeout (here 10 s; 300 s in production)
+        # after the node died, and was billed until then (issue 28, finding 8).
+        assert 5 <= lost["billed_seconds"] <= killed - start + 1, (lost, killed - start, record.end_s - start)
 
 
 def test_a_run_that_ends_while_danlu_is_down_is_billed_exactly(db_url: str, tmp_path: Path, slurm_conf: Path) -> None:
@@ -366,6 +370,10 @@ def test_an_unreachable_controller_refuses_new_rentals_and_keeps_running_ones(sl
             assert "does not answer" in r.json()["error"]["message"]
             assert c.get(f"/instances/{inst}").json()["status"] == "running"  # kept, not judged lost
             assert len(c.get("/instances").json()) == 1  # the refused rental left nothing behind
+            # A stop cannot reach the job either: refused, so billing never ends while Slurm runs it (finding 8).
+            stop = c.post(f"/instances/{inst}/stop")
+            assert stop.status_code == 503 and stop.json()["error"]["code"] == "backend_unavailable", stop.text
+            assert c.get(f"/instances/{inst}").json()["status"] == "running"
             ready = httpx.get(slurm_live.url + "/readyz", timeout=30)  # a load balancer sees it (issue 28)
             assert ready.status_code == 503 and ready.json()["checks"]["backend"] == {
                 "ok": False,

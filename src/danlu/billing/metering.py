@@ -21,6 +21,7 @@ transaction:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
@@ -147,9 +148,14 @@ def voucher_slots(vouchers: list[tuple[VoucherGrant, Account, VoucherCampaign]])
 
 
 def meter_account(
-    session: Session, billing_account_id: int, allocations: list[AllocationRow], now_ms: int
+    session: Session,
+    billing_account_id: int,
+    allocations: list[AllocationRow],
+    now_ms: int,
+    horizons: Mapping[int, int] | None = None,
 ) -> MeterResult:
-    """Bill ``allocations`` (all paid by one billing account, unsettled) up to ``now_ms``; see the
+    """Bill ``allocations`` (all paid by one billing account, unsettled) up to ``now_ms`` — an allocation
+    in ``horizons`` no further than its time there (its run's last heartbeat: Backend.alive_until); see the
     module docstring. Usage is billed in steps that end at every voucher expiry inside the
     interval, so a voucher pays for the usage before its expiry even when the meter (or a stop)
     runs after it."""
@@ -173,7 +179,7 @@ def meter_account(
     )
     charged, capped = 0, set[str]()
     for edge in [*expiries, now_ms]:
-        step = _meter_once(session, billing_account_id, allocations, edge)
+        step = _meter_once(session, billing_account_id, allocations, edge, horizons or {})
         charged += step.charged_minor
         capped.update(step.capped_instances)
         if step.exhausted:
@@ -182,7 +188,11 @@ def meter_account(
 
 
 def _meter_once(
-    session: Session, billing_account_id: int, allocations: list[AllocationRow], now_ms: int
+    session: Session,
+    billing_account_id: int,
+    allocations: list[AllocationRow],
+    now_ms: int,
+    horizons: Mapping[int, int],
 ) -> MeterResult:
     balance = lock_billing_account(session, billing_account_id)
     # Re-read the allocations under the lock: a stop may have billed them since the caller loaded them.
@@ -196,7 +206,7 @@ def _meter_once(
     )
     if not allocations:
         return MeterResult(0, False, None)
-    targets = {a.id: _target(a, now_ms) for a in allocations}
+    targets = {a.id: _target(a, min(now_ms, horizons.get(a.id, now_ms))) for a in allocations}
     # Hard budget caps first: a scope over its cap is billed exactly up to it and ends there.
     caps = hard_caps(session, billing_account_id, now_ms)
     capped = cap_targets(allocations, targets, caps, _charge) if caps else {}

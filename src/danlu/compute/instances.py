@@ -34,6 +34,7 @@ from danlu.compute.runs import (
     check_may_run,
     ensure_sandbox_uid,
     prepare_control_dir,
+    refuse_while_unreachable,
     write_preempt_deadline,
 )
 from danlu.compute.sandbox import volume
@@ -396,11 +397,16 @@ def _check_workspace_fits(s: Session, inst: Instance, alloc: AllocationRow, used
 
 
 def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
-    """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period."""
+    """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period. While the backend
+    cannot reach the run (Slurm's controller down) the stop is refused and nothing changes: billing ending now
+    while the job ran on until the controller came back billed less than the cluster ran (issue 28, finding 8)."""
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         ended_ms = None
         if inst.status == Status.RUNNING and inst.run_handle is not None:
+            refuse_while_unreachable(
+                p, "the rental runs on, billed by the cluster's clock, until a stop reaches it: try again shortly"
+            )
             # A backend with its own records (Slurm) ends the run itself; billing ends when it says.
             ended_ms = p.backend.cancel(inst.run_handle)
         handle = request_stop(

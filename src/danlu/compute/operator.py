@@ -11,6 +11,7 @@ from sqlalchemy import select
 from danlu.accounts.service import get_user_by_name
 from danlu.compute import instances
 from danlu.compute.lifecycle import HAS_PROCESS, Status, StopCause
+from danlu.compute.runs import refuse_while_unreachable
 from danlu.compute.views import InstanceView, get_owned, show
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
@@ -45,6 +46,8 @@ def stop_instance(p: Platform, instance_id: str, reason: str) -> InstanceView:
     user = _owner(p, instance_id)
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
+        if inst.run_handle is not None:  # as a renter's stop: never billing's end while the run goes on
+            refuse_while_unreachable(p, "the rental runs on until a stop reaches it: try again shortly")
         handle = instances.request_stop(p, s, inst, StopCause.OPERATOR, why, p.settings.stop_grace_s)
     instances.terminate_runs(p, [handle])
     return show(p, user, instance_id)

@@ -173,6 +173,10 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
             inst.exit_code = state.code
         ended = state.ended_ms if state.kind == "exited" and state.ended_ms is not None else None
         seen = inst.last_seen_alive_ms or inst.updated_at_ms
+        if ended is None and (beat := _heartbeat(p, handle)) is not None:
+            # Not past the run's last heartbeat either: Slurm says a dead node's job runs until SlurmdTimeout
+            # (300 s in production), the node's runner beats every few seconds (issue 28, finding 8).
+            seen = min(seen, beat)
         if state.kind == "never_started" or handle is None:
             # The command never ran: the launch is failed and nothing past what was posted is billed.
             why = state.reason or "the server stopped while starting it"
@@ -187,10 +191,10 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
         elif ended is not None:
             to, billed_to, reason = Status.EXITED, ended, state.reason or f"command exited with code {state.code}"
         else:
+            if state.ended_ms is not None:  # the backend's own end (Slurm's NODE_FAIL time): never past it
+                seen = min(seen, state.ended_ms)
             why = state.reason or "process vanished without an exit status"
             to, billed_to, reason = Status.LOST, seen, f"{why}; last seen alive {iso(seen)}"
-            if state.ended_ms is not None:  # the backend's own end (Slurm's NODE_FAIL time): never past it
-                billed_to = min(seen, state.ended_ms)
         transition(s, inst, to, reason, now, "finish", billing_end_ms=min(billed_to, now))
         new_status = inst.status
     if handle is None:
@@ -199,6 +203,10 @@ def _finish(p: Platform, inst_id: str, handle: str | None, state: RunState, now:
         p.backend.kill(handle)
         p.backend.release(handle)
     return new_status
+
+
+def _heartbeat(p: Platform, handle: str | None) -> int | None:
+    return p.backend.alive_until([handle]).get(handle) if handle is not None else None
 
 
 @dataclass
@@ -242,6 +250,19 @@ def meter_all(p: Platform, until_ms: int | None = None) -> MeterReport:
             # the launch is recorded, so a launch in progress is metered once it runs, from then.
             pending = select(Instance.current_allocation_id).where(Instance.status == Status.PENDING.value)
             launching = set(s.scalars(pending))
+        running = (
+            s.execute(
+                select(Instance.current_allocation_id, Instance.run_handle).where(
+                    Instance.status == Status.RUNNING.value, Instance.run_handle.is_not(None)
+                )
+            ).all()
+            if by_account
+            else []
+        )
+    # A run is billed no further than its last heartbeat where the backend's records lag a death (a dead
+    # Slurm node's jobs stay RUNNING until SlurmdTimeout; issue 28, finding 8). A late heartbeat catches up.
+    beats = p.backend.alive_until([str(h) for _, h in running]) if running else {}
+    horizons = {int(a): beats[str(h)] for a, h in running if a is not None and str(h) in beats}
     by_account = {
         acct: kept for acct, allocs in by_account.items() if (kept := [a for a in allocs if a.id not in launching])
     }
@@ -249,7 +270,7 @@ def meter_all(p: Platform, until_ms: int | None = None) -> MeterReport:
     for account_id, allocs in by_account.items():
         try:
             with p.db.write() as s:
-                result = meter_account(s, account_id, [s.merge(a, load=False) for a in allocs], now)
+                result = meter_account(s, account_id, [s.merge(a, load=False) for a in allocs], now, horizons)
         except Conflict as exc:  # a concurrent stop metered these first; the next pass retries
             log.warning("meter skipped billing account %s: %s", account_id, exc.message)
             continue

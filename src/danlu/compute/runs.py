@@ -49,9 +49,15 @@ def check_may_run(p: Platform, user: User) -> None:
             f"this server cannot sandbox renters' code ({p.sandbox.detail}); ask the operator to install "
             "bubblewrap, or to restart with --no-sandbox if you are its only, trusted user",
         )
+    refuse_while_unreachable(p, "nothing was started or charged, try again shortly")
+
+
+def refuse_while_unreachable(p: Platform, consequence: str) -> None:
+    """503 ``backend_unavailable`` while the backend cannot carry out what is asked (Slurm's controller does
+    not answer), saying ``consequence``; nothing is changed before it."""
     why = p.backend.unavailable()
     if why is not None:
-        raise BackendUnavailable("backend_unavailable", f"{why}; nothing was started or charged, try again shortly")
+        raise BackendUnavailable("backend_unavailable", f"{why}; {consequence}")
 
 
 class BackendUnavailable(DanluError):

@@ -209,7 +209,7 @@ def clear_schedule(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUse
     return Response(status_code=204)
 
 
-@router.post("/{instance_id}/stop", response_model=InstanceOut, responses=errors(404, 409))
+@router.post("/{instance_id}/stop", response_model=InstanceOut, responses=errors(404, 409, 503))
 def stop(instance_id: InstanceIdPath, p: PlatformDep, user: CurrentUser) -> InstanceOut:
     return InstanceOut.of(svc.stop(p, user, instance_id))
 

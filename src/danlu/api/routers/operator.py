@@ -57,7 +57,7 @@ def list_sandboxes(p: PlatformDep, _admin: AdminUser) -> list[SandboxOut]:
     return [SandboxOut(**asdict(v)) for v in operator.list_sandboxes(p)]
 
 
-@router.post("/instances/{instance_id}/stop", response_model=InstanceOut, responses=errors(400, 404, 409))
+@router.post("/instances/{instance_id}/stop", response_model=InstanceOut, responses=errors(400, 404, 409, 503))
 def stop_instance(instance_id: InstanceIdPath, body: ReasonIn, p: PlatformDep, _admin: AdminUser) -> InstanceOut:
     """Stop any renter's instance; the renter sees the reason. The workspace is kept."""
     return InstanceOut.of(operator.stop_instance(p, instance_id, body.reason))

@@ -58,7 +58,8 @@ _STATUS_TEXT = {
     422: "Invalid input (`invalid_request` or a specific code)",
     416: "The byte range asked for starts past the file's end (`range_not_satisfiable`)",
     429: "Over a quota (`gpu_quota_exceeded`), or too many wrong tokens (`too_many_attempts`, Retry-After)",
-    503: "This server cannot sandbox renters' code now (`sandbox_unavailable`)",
+    503: "This server cannot sandbox renters' code now (`sandbox_unavailable`), or its backend (Slurm's controller) "
+    "does not answer (`backend_unavailable`); nothing changed, try again",
 }
 
 

@@ -482,13 +482,24 @@ class SlurmBackend:
 
     def release(self, handle: str) -> None:
         h = json.loads(handle)
-        for suffix in ("spec.json", "sbatch", "usage", "exit", "started", "reason", "node-err"):
+        for suffix in ("spec.json", "sbatch", "usage", "alive", "exit", "started", "reason", "node-err"):
             self._file(h, suffix).unlink(missing_ok=True)
 
     def discard(self, run_id: str) -> None:
         self._quietly("scancel", f"--name={JOB_PREFIX}{run_id}")
 
     # -- usage and output ---------------------------------------------------------------------
+    def alive_until(self, handles: Sequence[str]) -> dict[str, int]:
+        """The node runner's last heartbeat of each run (written every few seconds beside its log; the node's
+        clock, which must agree with the server's as Slurm's own StartTime and EndTime must)."""
+        out: dict[str, int] = {}
+        for handle in handles:
+            try:
+                out[handle] = int(self._file(json.loads(handle), "alive").read_text())
+            except (FileNotFoundError, ValueError):
+                continue  # no heartbeat yet: known alive by Slurm's record alone
+        return out
+
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
         """What the node's runner last wrote (every few seconds) beside the run's log."""
         out: dict[str, RunUsage] = {}

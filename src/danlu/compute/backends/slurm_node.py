@@ -83,17 +83,19 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     backend.start(handle)
     usage_path = spec_path.with_name(f"{spec.run_id}.usage")
+    alive_path = spec_path.with_name(f"{spec.run_id}.alive")
     next_usage = 0.0
     while True:
         state = backend.poll([handle])[handle]
         if state.kind != "running":
             break
         if time.monotonic() >= next_usage:
+            # The heartbeat: the run was alive at this moment (the server bills no further than the last one,
+            # so a dead node is not billed until Slurm notices; SlurmBackend.alive_until).
+            _replace(alive_path, str(int(time.time() * 1000)))
             used = backend.usage([handle]).get(handle)
             if used is not None:
-                tmp = usage_path.with_suffix(".usage.tmp")
-                tmp.write_text(json.dumps(asdict(used)))
-                tmp.replace(usage_path)
+                _replace(usage_path, json.dumps(asdict(used)))
             next_usage = time.monotonic() + USAGE_EVERY_S
         time.sleep(0.2)
     local.unlink(missing_ok=True)
@@ -101,6 +103,13 @@ def main(argv: list[str]) -> int:
     if state.kind == "exited" and state.code is not None:
         return state.code
     return 143 if terminated else 137
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a reader on the server never sees half of it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _local(spec_path: Path) -> tuple[dict[str, Any], str]:
