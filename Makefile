@@ -37,6 +37,7 @@ test: $(STAMP) system-deps
 	@tools/install-system-deps.sh ssh:openssh-client rsync:rsync     # the SSH gateway's tests use OpenSSH's own clients
 	@tools/install-system-deps.sh systemd-analyze:systemd           # the systemd unit's test verifies it
 	@tools/install-system-deps.sh mmdebstrap:mmdebstrap             # the image builder's test builds a small image (cached)
+	@tools/install-system-deps.sh prometheus:prometheus             # a real Prometheus scrapes a live server in a test
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25  # the 25 slowest: the suite's time budget is 20 min
@@ -83,8 +84,9 @@ drill: $(STAMP) system-deps
 
 # A single-node development Slurm cluster (slurm-wlm 22.05; state, config and logs in
 # DANLU_SLURM_DIR, default /var/tmp/danlu-slurm); prints the danlu server flags that use it.
-slurm-dev:
-	@tools/slurm-dev.sh start
+NODES ?= 1
+slurm-dev:  # make slurm-dev NODES=2: a development cluster of two nodes (docs/slurm.md)
+	@DANLU_SLURM_NODES=$(NODES) tools/slurm-dev.sh start
 
 slurm-dev-stop:
 	@tools/slurm-dev.sh stop
