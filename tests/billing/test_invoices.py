@@ -433,7 +433,7 @@ def test_the_statement_says_billed_time_not_gpu_time_and_a_terms_length_in_words
     """Issue 28, finding 11: the column "GPU time (s)" held an allocation's wall seconds (2 GPUs for 100 s
     read 100, not 200 GPU-seconds), its total added them to package terms, and a package line read 604800
     and its refund −604790. The statement now says billed time, in words, per line; a term's line says so."""
-    from danlu.billing.invoices import InvoiceView, LineView
+    from danlu.billing.invoice_view import InvoiceView, LineView
     from danlu.i18n.catalogs import translations
 
     ann = renter(p, "ann")

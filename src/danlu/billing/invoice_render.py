@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from html import escape
 
 from danlu.billing.commitments import TERMS
-from danlu.billing.invoices import FORMATS, InvoiceView, LineView
+from danlu.billing.invoice_view import InvoiceView, LineView
+from danlu.billing.invoices import FORMATS
 from danlu.core.errors import InvalidInput
 from danlu.i18n.sentences import translate
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any, cast
 from zoneinfo import ZoneInfo
@@ -34,12 +34,12 @@ from sqlalchemy.orm import Session
 from danlu.accounts import teams
 from danlu.accounts.payers import billing_account, currency
 from danlu.billing.accounts import lock_billing_account
+from danlu.billing.invoice_view import InvoiceView, LineView
 from danlu.billing.periods import check_period, next_period, period_bounds, period_of, record_period, zone
 from danlu.billing.rating import billable_seconds
 from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.context import Platform
 from danlu.core.errors import Conflict, NotFound
-from danlu.core.money import format_minor
 from danlu.core.states import Machine
 from danlu.db.models import Account, AllocationRow, ChargeRow, Invoice, InvoiceLine, Setting, UsageRecordRow, User
 
@@ -58,77 +58,6 @@ INVOICE = Machine(
     InvoiceStatus.DRAFT,
     {InvoiceStatus.DRAFT: frozenset({InvoiceStatus.FINAL}), InvoiceStatus.FINAL: frozenset()},
 )
-
-
-@dataclass(frozen=True)
-class LineView:
-    instance_id: str
-    description: str
-    plan: str
-    seconds: int
-    price_per_hour_minor: int  # per GPU-hour
-    gross_minor: int
-    discount_minor: int
-    voucher_minor: int
-    cash_minor: int
-    adjustment: bool = False
-
-    @property
-    def amount_minor(self) -> int:
-        return self.gross_minor - self.discount_minor
-
-    def as_dict(self, cur: str) -> dict[str, object]:
-        return {
-            "instance_id": self.instance_id,
-            "description": self.description,
-            "plan": self.plan,
-            "seconds": self.seconds,
-            "price_per_hour": format_minor(self.price_per_hour_minor, cur),
-            "gross": format_minor(self.gross_minor, cur),
-            "discount": format_minor(self.discount_minor, cur),
-            "vouchers": format_minor(self.voucher_minor, cur),
-            "cash": format_minor(self.cash_minor, cur),
-            "amount": format_minor(self.amount_minor, cur),
-            "adjustment": self.adjustment,
-        }
-
-
-@dataclass(frozen=True)
-class InvoiceView:
-    billing_account_id: int
-    account_name: str
-    account_kind: str
-    period: str
-    status: str  # draft | final
-    number: int | None
-    currency: str
-    lines: list[LineView] = field(default_factory=list)
-    finalized_at_ms: int | None = None
-
-    def total(self, attr: str) -> int:
-        return sum(int(getattr(line, attr)) for line in self.lines)
-
-    @property
-    def total_minor(self) -> int:
-        return self.total("amount_minor")
-
-    def as_dict(self) -> dict[str, object]:
-        cur = self.currency
-        return {
-            "period": self.period,
-            "status": self.status,
-            "number": self.number,
-            "account": self.account_name,
-            "account_kind": self.account_kind,
-            "currency": cur,
-            "finalized_at_ms": self.finalized_at_ms,
-            "lines": [line.as_dict(cur) for line in self.lines],
-            "gross": format_minor(self.total("gross_minor"), cur),
-            "discount": format_minor(self.total("discount_minor"), cur),
-            "vouchers": format_minor(self.total("voucher_minor"), cur),
-            "cash": format_minor(self.total("cash_minor"), cur),
-            "total": format_minor(self.total_minor, cur),
-        }
 
 
 # --- derivation ---------------------------------------------------------------------------------
