@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# A single-node development Slurm cluster (slurm-wlm 22.05, Debian) for the danlu Slurm backend.
+# A development Slurm cluster (slurm-wlm 22.05, Debian) for the danlu Slurm backend: one node dev0, or
+# DANLU_SLURM_NODES=N nodes dev0..devN-1 (`make slurm-dev NODES=2`), each a slurmd of its own on this machine.
 #
-#   tools/slurm-dev.sh [start]     start munged, slurmctld and slurmd (idempotent); prints the one line
+#   tools/slurm-dev.sh [start]     start munged, slurmctld and every node's slurmd (idempotent; a changed node
+#                                  count restarts the cluster); prints the one line
 #                                  of danlu flags on stdout: --backend slurm --slurm-conf ... --slurm-partition gpu
 #   tools/slurm-dev.sh stop        stop slurmd, slurmctld, any leftover slurmstepd (and its processes); wipe the state
 #                                  (logs are kept). munged is left running: it is shared and harmless.
 #   tools/slurm-dev.sh status      print sinfo; exit 0 when the cluster answers, 1 otherwise
-#   tools/slurm-dev.sh kill-slurmd kill -9 slurmd, every slurmstepd and their processes (a node that died)
-#   tools/slurm-dev.sh start-slurmd
-#                                  start slurmd again and wait until dev0 is back (resumed if it came back DOWN)
+#   tools/slurm-dev.sh kill-slurmd [NODE]
+#                                  kill -9 NODE's slurmd (dev0), its slurmstepds and their processes (a node that died)
+#   tools/slurm-dev.sh start-slurmd [NODE]
+#                                  start NODE's slurmd again and wait until it is back (resumed if it came back DOWN)
 #
 # Everything lives in ${DANLU_SLURM_DIR:-/var/tmp/danlu-slurm}: slurm.conf, gres.conf, spool, state, logs,
-# pid files and four fake GPUs dev/gpu0..gpu3 (character devices, see write_config). /etc/slurm is never
-# written; clients find the config through SLURM_CONF=<dir>/slurm.conf. One node dev0 (16 CPUs, 16000 MB,
-# gres gpu:a100:4: more than the machine has, SlurmdParameters=config_overrides), partitions gpu (default)
-# and spot. Needs root.
-# Ports: DANLU_SLURMCTLD_PORT (6817) and DANLU_SLURMD_PORT (6818).
+# pid files and four fake GPUs per node dev/<node>-gpu0..3 (character devices, see write_config). /etc/slurm is
+# never written; clients find the config through SLURM_CONF=<dir>/slurm.conf. Each node: 16 CPUs, 16000 MB,
+# gres gpu:a100:4 (more than the machine has, SlurmdParameters=config_overrides); partitions gpu (default)
+# and spot over all nodes. Needs root.
+# Ports: DANLU_SLURMCTLD_PORT (6817) and DANLU_SLURMD_PORT (6818, node devI listens on 6818+I).
 set -euo pipefail
 
 DIR=${DANLU_SLURM_DIR:-/var/tmp/danlu-slurm}
 CTLD_PORT=${DANLU_SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${DANLU_SLURMD_PORT:-6818}
-NODE=dev0
+NODES=${DANLU_SLURM_NODES:-1}
+case "$NODES" in ''|*[!0-9]*|0) echo "slurm-dev: DANLU_SLURM_NODES is a count of nodes, 1 or more" >&2; exit 2 ;; esac
+NODE_LIST=$(seq -f 'dev%g' 0 $((NODES - 1)) | tr '\n' ' ')
+NODE=dev0  # the node kill-slurmd and start-slurmd act on unless named
 TIMEOUT=${DANLU_SLURM_TIMEOUT:-60}
 export SLURM_CONF="$DIR/slurm.conf"
 
@@ -70,16 +76,22 @@ write_if_changed() {  # path; content on stdin
 
 write_config() {
   CHANGED=0
-  mkdir -p "$DIR"/{dev,log,run,state,spool/slurmd}
+  mkdir -p "$DIR"/{dev,log,run,state,spool}
   # Fake GPUs. Slurm 22.05 drops a gres.conf File that is not a character/block device ("not a valid
   # character or block device") and then sets no CUDA_VISIBLE_DEVICES in jobs, so they are character
   # devices with /dev/null's numbers (1,3: harmless if opened); a plain file where mknod is refused.
-  local i
-  for i in 0 1 2 3; do
-    [ -c "$DIR/dev/gpu$i" ] && continue
-    rm -f "$DIR/dev/gpu$i"
-    mknod -m 0666 "$DIR/dev/gpu$i" c 1 3 2>/dev/null || touch "$DIR/dev/gpu$i"
+  local i n node_lines="" gres_lines=""
+  for n in $NODE_LIST; do
+    for i in 0 1 2 3; do
+      [ -c "$DIR/dev/$n-gpu$i" ] && continue
+      rm -f "$DIR/dev/$n-gpu$i"
+      mknod -m 0666 "$DIR/dev/$n-gpu$i" c 1 3 2>/dev/null || touch "$DIR/dev/$n-gpu$i"
+    done
+    node_lines+="NodeName=$n NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + ${n#dev})) CPUs=16 RealMemory=16000 Gres=gpu:a100:4 State=UNKNOWN"$'\n'
+    gres_lines+="NodeName=$n Name=gpu Type=a100 File=$DIR/dev/$n-gpu[0-3]"$'\n'
   done
+  local nodes="dev[0-$((NODES - 1))]"
+  [ "$NODES" -eq 1 ] && nodes=dev0
   write_if_changed "$DIR/slurm.conf" <<EOF
 # Written by tools/slurm-dev.sh; rewritten on every start.
 ClusterName=danlu-dev
@@ -115,20 +127,20 @@ JobRequeue=0
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1,sched_min_interval=100000,bf_interval=1
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool/slurmd
+# %n: the node's name, so several slurmd run on one machine (each with its own Port above).
+SlurmdSpoolDir=$DIR/spool/slurmd.%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmdPidFile=$DIR/run/slurmd.%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd.%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=16 RealMemory=16000 Gres=gpu:a100:4 State=UNKNOWN
-PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
-PartitionName=spot Nodes=$NODE Default=NO MaxTime=INFINITE State=UP
+${node_lines}PartitionName=gpu Nodes=$nodes Default=YES MaxTime=INFINITE State=UP
+PartitionName=spot Nodes=$nodes Default=NO MaxTime=INFINITE State=UP
 EOF
   write_if_changed "$DIR/gres.conf" <<EOF
 AutoDetect=off
-NodeName=$NODE Name=gpu Type=a100 File=$DIR/dev/gpu[0-3]
+${gres_lines%$'\n'}
 EOF
 }
 
@@ -145,12 +157,14 @@ proc_alive() { kill -0 "$1" 2>/dev/null && ! is_zombie "$1"; }
 is_zombie() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
 
 ctld_up() { pid_alive "$DIR/run/slurmctld.pid" && sinfo -h -o %P >/dev/null 2>&1; }
-slurmd_up() { pid_alive "$DIR/run/slurmd.pid"; }
-node_state() { sinfo -h -N -n "$NODE" -o %T 2>/dev/null | head -n1; }
+slurmd_pid() { echo "$DIR/run/slurmd.$1.pid"; }  # node
+slurmd_log() { echo "$DIR/log/slurmd.$1.log"; }  # node
+slurmd_up() { pid_alive "$(slurmd_pid "$1")"; }  # node
+node_state() { sinfo -h -N -n "$1" -o %T 2>/dev/null | head -n1; }  # node
 # idle, mixed, allocated ... count as up; down/drain/not responding ("*" suffix) do not.
-node_ready() {
+node_ready() {  # node
   local s
-  s=$(node_state) || return 1
+  s=$(node_state "$1") || return 1
   case "$s" in
     idle|mixed|allocated|completing|planned) return 0 ;;
     *) return 1 ;;
@@ -184,32 +198,38 @@ start_ctld() {
   done
 }
 
-start_slurmd() {
-  slurmd_up && return 0
-  rm -f "$DIR/run/slurmd.pid"
-  log "starting slurmd -N $NODE (log: $DIR/log/slurmd.log)"
-  /usr/sbin/slurmd -f "$SLURM_CONF" -N "$NODE" || die_log "$DIR/log/slurmd.log" "slurmd failed to start"
+start_slurmd() {  # node
+  slurmd_up "$1" && return 0
+  rm -f "$(slurmd_pid "$1")"
+  mkdir -p "$DIR/spool/slurmd.$1"
+  log "starting slurmd -N $1 (log: $(slurmd_log "$1"))"
+  /usr/sbin/slurmd -f "$SLURM_CONF" -N "$1" || die_log "$(slurmd_log "$1")" "slurmd $1 failed to start"
 }
 
-wait_node() {
+wait_node() {  # node
   local deadline=$((SECONDS + TIMEOUT)) s resumed=0
   while :; do
-    s=$(node_state || true)
-    node_ready && return 0
-    daemon_dead "$DIR/run/slurmd.pid" && die_log "$DIR/log/slurmd.log" "slurmd exited"
+    s=$(node_state "$1" || true)
+    node_ready "$1" && return 0
+    daemon_dead "$(slurmd_pid "$1")" && die_log "$(slurmd_log "$1")" "slurmd $1 exited"
     # DOWN/DRAIN once slurmd registered (no "*" = responding): resume it.
     case "$s" in
       down|drained|draining|drain|fail|failing)
         if [ $resumed -eq 0 ]; then
-          log "node $NODE is $s; resuming it"
-          scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true
+          log "node $1 is $s; resuming it"
+          scontrol update nodename="$1" state=resume >/dev/null 2>&1 || true
           resumed=1
         fi ;;
     esac
     [ $SECONDS -lt $deadline ] \
-      || die_log "$DIR/log/slurmd.log" "node $NODE not idle after ${TIMEOUT}s (state: ${s:-none}; also $DIR/log/slurmctld.log)"
+      || die_log "$(slurmd_log "$1")" "node $1 not idle after ${TIMEOUT}s (state: ${s:-none}; also $DIR/log/slurmctld.log)"
     sleep 0.2
   done
+}
+
+all_nodes_up() {
+  local n
+  for n in $NODE_LIST; do slurmd_up "$n" && node_ready "$n" || return 1; done
 }
 
 # The GRES are not real GPUs: danlu lists them simulated; a100 is named as a catalog model.
@@ -221,19 +241,27 @@ flags() {
 cmd_start() {
   ensure_packages
   ensure_munge
+  if [ "$(cat "$DIR/nodes" 2>/dev/null || echo "$NODE_LIST")" != "$NODE_LIST" ] || [ -e "$DIR/run/slurmd.pid" ]; then
+    # Slurm 22.05 adds or removes nodes only with a restart (a reconfigure keeps its node table); an
+    # older one-node layout (slurmd.pid) is replaced the same way.
+    log "nodes change to: $NODE_LIST; restarting the cluster"
+    cmd_stop
+  fi
   write_config
+  echo "$NODE_LIST" >"$DIR/nodes"
   if [ "$CHANGED" -eq 1 ] && ctld_up; then
     log "configuration changed; scontrol reconfigure"
     scontrol reconfigure >/dev/null || true
   fi
-  if ctld_up && slurmd_up && node_ready; then
+  if ctld_up && all_nodes_up; then
     flags
     return 0
   fi
   start_ctld
-  start_slurmd
-  wait_node
-  log "up: $(sinfo -h -N -o '%N %G %T' | head -n1)"
+  local n
+  for n in $NODE_LIST; do start_slurmd "$n"; done
+  for n in $NODE_LIST; do wait_node "$n"; done
+  log "up: $(sinfo -h -N -o '%N %G %T' | tr '\n' ';')"
   flags
 }
 
@@ -248,21 +276,27 @@ stop_pidfile() {  # name pidfile
   rm -f "$2"
 }
 
-# slurmstepd processes of this cluster: those holding our slurmd log open (they inherit it from slurmd).
-stepd_pids() {
-  local p fd
+# slurmstepd processes of this cluster's node(s): those holding a node's slurmd log open (inherited from
+# its slurmd). With no node named: every node's.
+stepd_pids() {  # [node]
+  local p fd target
   for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
     for fd in /proc/"$p"/fd/*; do
-      if [ "$(readlink "$fd" 2>/dev/null)" = "$DIR/log/slurmd.log" ]; then echo "$p"; break; fi
+      target=$(readlink "$fd" 2>/dev/null || true)
+      if [ -n "${1:-}" ]; then
+        [ "$target" = "$DIR/log/slurmd.$1.log" ] && { echo "$p"; break; }
+      else
+        case "$target" in "$DIR"/log/slurmd.*log) echo "$p"; break ;; esac
+      fi
     done
   done
 }
 
 # The slurmstepd processes and everything they started (the jobs' processes): collected before any is
 # killed, since a job's processes outlive a killed slurmstepd (reparented to init, still running).
-stepd_trees() {
+stepd_trees() {  # [node]
   local roots
-  roots=$(stepd_pids | tr '\n' ' ')
+  roots=$(stepd_pids "${1:-}" | tr '\n' ' ')
   [ -z "$roots" ] && return 0
   ps -e -o pid=,ppid= | awk -v roots="$roots" '
     { parent[$1] = $2 }
@@ -273,19 +307,22 @@ stepd_trees() {
     }'
 }
 
-kill_stepds() {  # signal
+kill_stepds() {  # signal [node]
   local pids
-  pids=$(stepd_trees)
+  pids=$(stepd_trees "${2:-}")
   [ -z "$pids" ] && return 0
   # shellcheck disable=SC2086
   kill -"$1" $pids 2>/dev/null || true
 }
 
 cmd_stop() {
-  stop_pidfile slurmd "$DIR/run/slurmd.pid"
+  local pidfile
+  for pidfile in "$DIR"/run/slurmd*.pid; do
+    [ -e "$pidfile" ] && stop_pidfile "slurmd ($(basename "$pidfile"))" "$pidfile"
+  done
   stop_pidfile slurmctld "$DIR/run/slurmctld.pid"
   kill_stepds KILL
-  rm -rf "$DIR/state" "$DIR/spool"
+  rm -rf "$DIR/state" "$DIR/spool" "$DIR/nodes"
   log "stopped (state wiped; logs kept in $DIR/log; munged left running)"
 }
 
@@ -298,21 +335,22 @@ cmd_status() {
   return 1
 }
 
-cmd_kill_slurmd() {
-  local pid=""
-  pid_alive "$DIR/run/slurmd.pid" && pid=$(cat "$DIR/run/slurmd.pid")
+cmd_kill_slurmd() {  # [node]
+  local node=${1:-$NODE} pid=""
+  pid_alive "$(slurmd_pid "$node")" && pid=$(cat "$(slurmd_pid "$node")")
   [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
-  kill_stepds KILL
-  rm -f "$DIR/run/slurmd.pid"
-  log "killed slurmd${pid:+ ($pid)}, every slurmstepd and the jobs' processes"
+  kill_stepds KILL "$node"
+  rm -f "$(slurmd_pid "$node")"
+  log "killed $node's slurmd${pid:+ ($pid)}, its slurmstepds and the jobs' processes"
 }
 
-cmd_start_slurmd() {
+cmd_start_slurmd() {  # [node]
+  local node=${1:-$NODE}
   ensure_munge
   ctld_up || die "slurmctld is not running; run tools/slurm-dev.sh start"
-  start_slurmd
-  wait_node
-  log "up: $(sinfo -h -N -o '%N %G %T' | head -n1)"
+  start_slurmd "$node"
+  wait_node "$node"
+  log "up: $(sinfo -h -N -n "$node" -o '%N %G %T' | head -n1)"
 }
 
 # The controller alone goes away and comes back with its saved state (jobs keep running on the node).
@@ -320,15 +358,19 @@ cmd_stop_slurmctld() { stop_pidfile slurmctld "$DIR/run/slurmctld.pid"; }
 cmd_start_slurmctld() {
   ensure_munge
   start_ctld
-  wait_node
+  local n
+  for n in $NODE_LIST; do wait_node "$n"; done
 }
+
+# Every command but start acts on the nodes the cluster was started with.
+[ "${1:-start}" != start ] && [ -s "$DIR/nodes" ] && NODE_LIST=$(cat "$DIR/nodes")
 
 case "${1:-start}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
-  kill-slurmd) cmd_kill_slurmd ;;
-  start-slurmd) cmd_start_slurmd ;;
+  kill-slurmd) cmd_kill_slurmd "${2:-}" ;;
+  start-slurmd) cmd_start_slurmd "${2:-}" ;;
   stop-slurmctld) cmd_stop_slurmctld ;;
   start-slurmctld) cmd_start_slurmctld ;;
   *) echo "usage: $0 [start|stop|status|kill-slurmd|start-slurmd|stop-slurmctld|start-slurmctld]" >&2; exit 2 ;;

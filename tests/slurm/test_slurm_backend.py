@@ -566,3 +566,34 @@ def _cmdlines() -> bytes:
         except OSError:
             continue
     return out
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_cluster_of_two_nodes_offers_both_and_places_a_rental_on_each(
+    db_url: str, tmp_path: Path, slurm_conf: Path
+) -> None:
+    """Issue 28, finding 8: several nodes worked when added by hand, but neither `make slurm-dev` nor
+    docs/slurm.md said how. `make slurm-dev NODES=2` (DANLU_SLURM_NODES) starts dev0 and dev1, a slurmd
+    each; danlu offers both nodes' GPUs and places two 4-GPU rentals one per node. Last in the module: it
+    leaves the cluster as it found it (one node, restarted)."""
+    two = {**os.environ, "DANLU_SLURM_NODES": "2"}
+    try:
+        done = subprocess.run(["bash", str(SCRIPT), "start"], env=two, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-1500:]
+        p, token = slurm_platform(db_url, tmp_path / "data", slurm_conf, tick_interval_s=0.2, meter_interval_s=1.0)
+        with LiveServer(p, token) as srv, srv.new_user("duo", "500.00") as c:
+            [a100] = [o for o in c.get("/offers").json() if o["gpu_model"] == "A100-80GB"]
+            assert (a100["total"], a100["free"]) == (8, 8)
+            rented = []
+            for _ in range(2):
+                r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 4, "command": ["sleep", "300"]})
+                assert r.status_code == 201 and r.json()["status"] == "running", r.text
+                rented.append(r.json()["id"])
+            assert {slurm_job(p, job_of(c, iid)).node for iid in rented} == {"dev0", "dev1"}
+            for iid in rented:
+                assert c.post(f"/instances/{iid}/stop").status_code == 200
+            for iid in rented:
+                wait_for(lambda iid=iid: c.get(f"/instances/{iid}").json()["status"] == "stopped", timeout=60)
+        p.db.engine.dispose()
+    finally:
+        dev("start")  # one node again (the script restarts the cluster when the node count changes)
