@@ -187,3 +187,32 @@ def test_a_folder_with_files_moves_into_its_image_and_resizes(tmp_path: Path) ->
     finally:
         volume.release(folder)
     assert not os.path.ismount(folder) and not volume.image_of(folder).exists()
+
+
+def test_a_move_into_the_image_killed_midway_is_cleaned_at_start_and_done_again(tmp_path: Path) -> None:
+    """A server killed (kill -9) while it copied a folder into its new image left the image's ``.staging`` mount
+    and its ``.part`` image behind for good (the kill drill found them after 2 of 4 runs by hand). The server's
+    start (mount_all) ends such leftovers — the folder still holds the files, the rename had not happened — and
+    the next start moves them again."""
+    _require_loop_mounts()
+    sandbox = tmp_path / "sandbox"
+    folder = sandbox / "workspaces" / "i-killed"
+    folder.mkdir(parents=True)
+    (folder / "data").write_bytes(b"x" * MiB)
+    part = volume.image_of(folder).with_suffix(".part")
+    staging = part.with_suffix(".staging")
+    part.parent.mkdir(parents=True)
+    volume._make(part, 64 * MiB, 10_000)  # what ensure() had done when the kill came
+    staging.mkdir(mode=0o700)
+    volume._mount(part, staging)
+    try:
+        assert volume.mount_all(sandbox) == 0  # the server starts again: nothing complete to mount …
+        assert not os.path.ismount(staging) and not staging.exists() and not part.exists()  # … and no leftovers
+        assert (folder / "data").stat().st_size == MiB  # the files were never moved
+        volume.ensure(folder, 64 * MiB, 10_000)  # the rental's next start moves them again
+        assert os.path.ismount(folder) and (folder / "data").stat().st_size == MiB
+    finally:
+        if os.path.ismount(staging):
+            volume._unmount(staging, lazy=True)
+        volume.release(folder)
+    assert not os.path.ismount(folder) and not volume.image_of(folder).exists()

@@ -29,6 +29,7 @@ no walk): it stops no run on a file system the kernel limits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -228,9 +229,10 @@ def ensure(folder: Path, disk_bytes: int, files: int) -> None:
     if os.path.ismount(folder):
         _unmount(folder)
     if not image.exists():
+        _clear_partial(part)
         _make(part, disk_bytes, files)
         staging = part.with_suffix(".staging")
-        staging.mkdir(mode=0o700, exist_ok=True)
+        staging.mkdir(mode=0o700)
         _mount(part, staging)
         try:
             if any(folder.iterdir()):  # copy what is there (links as links, owners, modes, times)
@@ -272,12 +274,31 @@ def release(folder: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _clear_partial(part: Path) -> None:
+    """End a move into an image that never completed (a server killed mid-copy): its staging mount and
+    folder and the ``.part`` image. The folder still holds the files (the rename comes after the copy)."""
+    staging = part.with_suffix(".staging")
+    if os.path.ismount(staging):
+        _unmount(staging, lazy=True)
+    with contextlib.suppress(FileNotFoundError):
+        staging.rmdir()
+    part.unlink(missing_ok=True)
+
+
 def mount_all(sandbox_dir: Path) -> int:
-    """Mount every image at its folder again (after a reboot mounts are gone); returns how many were
-    mounted. One that fails is logged and left: its instance's next start says why."""
+    """Mount every image at its folder again (after a reboot mounts are gone), after ending every move into an
+    image a killed server left half done; returns how many were mounted. One that fails is logged and left:
+    its instance's next start says why."""
     volumes = sandbox_dir / "volumes"
     if not volumes.is_dir():
         return 0
+    for part in sorted(volumes.glob("*.part")) + [
+        s.with_suffix(".part") for s in sorted(volumes.glob("*.staging")) if not s.with_suffix(".part").exists()
+    ]:
+        try:
+            _clear_partial(part)
+        except OSError as exc:
+            log.warning("could not clear the unfinished image %s: %s", part, exc)
     mounted = 0
     for image in sorted(volumes.glob(f"*{SUFFIX}")):
         parent, _, name = image.name[: -len(SUFFIX)].partition(".")
