@@ -15,6 +15,8 @@ the database is read directly and five checks are reported:
              the rating of ended_at - started_at, usage records tile it); ``overlap``: no two
              allocations of one instance overlap; ``process_end``: an allocation never ends later
              than its process really ended (+ tolerance), and a command that never ran is not billed
+             (each command writes its start time into its workspace first, so "it ran" rests on that
+             evidence, not only on the sampler catching a short command alive on a busy machine)
   stuck      no instance pending/stopping and no job unfinished after settle
   untracked  every renter process (the drill's sandbox uid range, or a supervisor of this data
              directory) belongs to an instance the database says has that process
@@ -246,6 +248,21 @@ class Server:
 
 
 # -- the renters -----------------------------------------------------------------------------------
+
+
+# Each command first appends its start time (ms) to a file in its workspace: evidence that it ran which a
+# starved sampler cannot miss (the workspace is read before a destroy and after the drill).
+MARK = "date +%s%3N >> /workspace/.drill-ran; "
+
+
+def read_marks(workspace: Path) -> set[int]:
+    try:
+        text = (workspace / ".drill-ran").read_text()
+    except OSError:
+        return set()
+    return {int(line) for line in text.split() if line.isdigit()}
+
+
 @dataclass
 class Drill:
     server: Server
@@ -257,6 +274,9 @@ class Drill:
     in_flight: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
     server_errors: list[str] = field(default_factory=list)
+    # instance id -> when its commands started, as they wrote it (MARK), read before its workspace goes
+    marks: defaultdict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    data: Path = Path()
 
     def client(self, user: str | None = None, timeout: float = 15.0) -> httpx.Client:
         token = self.tokens[user] if user else self.tokens["admin"]
@@ -277,6 +297,7 @@ class Drill:
         return r
 
     def setup(self, data: Path) -> None:
+        self.data = data
         self.tokens["admin"] = (data / "admin-token").read_text().strip()
         for model, (price, _) in PRICES.items():
             r = self.request(None, "PUT", f"/admin/prices/{model}", json={"price_per_hour": price})
@@ -327,13 +348,14 @@ class Drill:
         if kind == "rent":
             model = self.rng.choice(sorted(PRICES))
             long_run = self.rng.random() < 0.6
-            cmd = ["sh", "-c", "exec sleep 600" if long_run else f"sleep {self.rng.randint(1, 3)}; exit 3"]
+            cmd = ["sh", "-c", MARK + ("exec sleep 600" if long_run else f"sleep {self.rng.randint(1, 3)}; exit 3")]
             r = self.request(arg, "POST", "/instances", json={"gpu_model": model, "command": cmd})
             if r is not None and r.status_code == 201:
                 self.instances[r.json()["id"]] = (arg, r.json()["status"])
         elif kind in ("stop", "start", "destroy"):
             user = self.instances[arg][0]
             if kind == "destroy":
+                self.marks[arg] |= read_marks(self.data / "workspaces" / arg)  # the workspace goes with it
                 r = self.request(user, "DELETE", f"/instances/{arg}")
                 if r is not None and r.status_code == 204:
                     self.instances[arg] = (user, "destroyed")
@@ -342,7 +364,7 @@ class Drill:
                 if r is not None and r.status_code == 200:
                     self.instances[arg] = (user, r.json()["status"])
         elif kind == "submit":
-            cmd = ["sh", "-c", f"sleep {self.rng.randint(1, 2)}"]
+            cmd = ["sh", "-c", MARK + f"sleep {self.rng.randint(1, 2)}"]
             r = self.request(arg, "POST", "/jobs", json={"command": cmd, "gpus": 1})
             if r is not None and r.status_code == 201:
                 self.jobs[r.json()["id"]] = (arg, r.json()["status"])
@@ -415,7 +437,9 @@ def read_rows(s: Session) -> Rows:
     )
 
 
-def check_billing(rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, list[str]]) -> tuple[int, int]:
+def check_billing(
+    rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, list[str]], marks: dict[str, set[int]]
+) -> tuple[int, int]:
     """(a): billing, overlap and process_end. Returns (billed seconds, ground-truth seconds)."""
     runs_of: dict[str, list[RunSeen]] = defaultdict(list)
     for run in runs:
@@ -451,7 +475,11 @@ def check_billing(rows: Rows, runs: list[RunSeen], tol_ms: int, v: dict[str, lis
                 v["process_end"].append(
                     f"{tag}: ends at {a.ended_at_ms}, {a.ended_at_ms - end} ms after its process was seen gone"
                 )
-        if secs > 0 and not any(r.command_first_ms is not None for r in mine):
+        # The command ran: the sampler saw its `sleep`, or — evidence no busy machine can starve — the command
+        # wrote its start time into its workspace within this allocation (finding 13: a sampler starved for
+        # seconds missed short commands that ran and exited 0, and called them "never ran").
+        marked = any(a.started_at_ms - tol_ms <= m <= a.ended_at_ms + tol_ms for m in marks.get(a.instance_id, ()))
+        if secs > 0 and not marked and not any(r.command_first_ms is not None for r in mine):
             v["process_end"].append(
                 f"{tag}: billed {secs} s but its command never ran (supervisor {'seen' if mine else 'never seen'}; "
                 f"instance {inst.status}: {inst.status_reason!r})"
@@ -562,7 +590,9 @@ def check_ledger(rows: Rows, v: dict[str, list[str]]) -> None:
             )
 
 
-def check(db_url: str, runs: list[RunSeen], procs: Procs, tol_ms: int) -> dict[str, Any]:
+def check(
+    db_url: str, runs: list[RunSeen], procs: Procs, tol_ms: int, marks: dict[str, set[int]] | None = None
+) -> dict[str, Any]:
     v: dict[str, list[str]] = {c: [] for c in CHECKS}
     engine = create_engine(db_url)
     try:
@@ -570,7 +600,11 @@ def check(db_url: str, runs: list[RunSeen], procs: Procs, tol_ms: int) -> dict[s
             rows = read_rows(s)
     finally:
         engine.dispose()
-    billed_s, truth_s = check_billing(rows, runs, tol_ms, v)
+    marks = defaultdict(set, marks or {})
+    for inst in rows.instances.values():  # what the commands left in the workspaces still there
+        if inst.workspace:
+            marks[inst.id] |= read_marks(Path(inst.workspace))
+    billed_s, truth_s = check_billing(rows, runs, tol_ms, v, marks)
     check_stuck(rows, v)
     check_untracked(rows, procs, v)
     check_gpus(rows, v)
@@ -584,6 +618,7 @@ def check(db_url: str, runs: list[RunSeen], procs: Procs, tol_ms: int) -> dict[s
         "ground_truth_seconds": truth_s,
         "runs_seen": len(runs),
         "runs_whose_command_ran": sum(1 for r in runs if r.command_first_ms is not None),
+        "command_marks": sum(len(m) for m in marks.values()),
         "ledger_transactions": len(rows.transactions),
     }
     return {"violations": v, "stats": stats}
@@ -658,7 +693,7 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         with sampler.lock:
             runs = list(sampler.runs.values())
         procs = sampler.scan()
-        result = check(db, runs, procs, args.tolerance_ms)
+        result = check(db, runs, procs, args.tolerance_ms, drill.marks)
     except BaseException:
         args.keep = True  # the server's log says why
         raise
@@ -666,6 +701,7 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         sampler.stop_event.set()
         cleanup(drill, server, sampler)
         if not args.keep:
+            unmount_under(work)  # jobs' folders stay mounted (kernel disk limits): the server leaves them
             shutil.rmtree(work, ignore_errors=True)
     report.update(result)
     report.update(
@@ -682,6 +718,14 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         kill_log=kills,
     )
     return report
+
+
+def unmount_under(work: Path) -> None:
+    """Lazily unmount every file system the drill's server mounted under ``work`` (deepest first); their loop
+    devices are freed with them."""
+    points = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for point in sorted((p for p in points if p.startswith(str(work) + "/")), reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 def cleanup(drill: Drill, server: Server, sampler: Sampler) -> None:
