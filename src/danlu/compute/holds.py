@@ -48,6 +48,7 @@ from danlu.core.errors import Conflict, Forbidden, InsufficientFunds, InvalidInp
 from danlu.core.money import format_minor, parse_amount
 from danlu.db.models import (
     AllocationRow,
+    BillingAccount,
     Budget,
     ChargeRow,
     Gpu,
@@ -311,21 +312,7 @@ def buy_in(
             f"{t.name} of {count}x {q.gpu_model} now costs {format_minor(q.amount_minor, cur)} {cur}, not the "
             f"{format_minor(expected_minor, cur)} you confirmed; look again (`danlu plans`) and confirm the new price",
         )
-    personal = personal_account(s, user.id).id
-    balance = lock_billing_account(s, personal)
-    if payer != personal:
-        balance = lock_billing_account(s, payer)
-    check_quota(s, user.id, count)
-    check_member_quota(s, payer, user.id, count)
-    _check_caps(s, payer, user.id, q.amount_minor, now_ms)
-    account = billing_account(s, payer)
-    if balance - q.amount_minor < -account.credit_limit_minor:
-        raise InsufficientFunds(
-            "insufficient_funds",
-            f"{t.label} of {count}x {q.gpu_model} costs {format_minor(q.amount_minor, cur)} {cur} and "
-            f"{whose_balance(account)} is {format_minor(balance, cur)} {cur}; {top_up_hint(account)} "
-            "(vouchers pay for usage, not for packages)",
-        )
+    account = _check_can_pay(s, user, payer, q, t, count, now_ms)
     hold_id = "h-" + secrets.token_hex(5)
     host_id, _gpus = allocations.hold(s, q.gpu_model, count, hold_id)
     held_plan(s, q.gpu_model, cur, now_ms)  # the row rentals on it are recorded at
@@ -352,24 +339,57 @@ def buy_in(
     )
     s.add(h)
     s.flush()
-    cash = cash_account(s, payer)
+    _post_purchase(s, h, q, t, account, now_ms)
+    announce(s, payer, now_ms)  # soft budget thresholds count purchases too
+    return h
+
+
+def _check_can_pay(
+    s: Session, user: User, payer: int, q: PurchaseQuote, t: commitments.Term, count: int, now_ms: int
+) -> BillingAccount:
+    """Lock the buyer's and the payer's accounts (the rentals' order) and check quotas, hard caps and the
+    money; returns the payer's account."""
+    cur = q.currency
+    personal = personal_account(s, user.id).id
+    balance = lock_billing_account(s, personal)
+    if payer != personal:
+        balance = lock_billing_account(s, payer)
+    check_quota(s, user.id, count)
+    check_member_quota(s, payer, user.id, count)
+    _check_caps(s, payer, user.id, q.amount_minor, now_ms)
+    account = billing_account(s, payer)
+    if balance - q.amount_minor < -account.credit_limit_minor:
+        raise InsufficientFunds(
+            "insufficient_funds",
+            f"{t.label} of {count}x {q.gpu_model} costs {format_minor(q.amount_minor, cur)} {cur} and "
+            f"{whose_balance(account)} is {format_minor(balance, cur)} {cur}; {top_up_hint(account)} "
+            "(vouchers pay for usage, not for packages)",
+        )
+    return account
+
+
+def _post_purchase(
+    s: Session, h: Hold, q: PurchaseQuote, t: commitments.Term, account: BillingAccount, now_ms: int
+) -> None:
+    """The purchase in the ledger (cash to revenue, balancing to zero) and as a charge line of the invoice."""
+    cash = cash_account(s, account.id)
     tx = post(
         s,
-        key=f"hold:{hold_id}:purchase",
+        key=f"hold:{h.id}:purchase",
         kind="hold",
-        memo=f"{t.name} of {count}x {q.gpu_model} ({hold_id})",
+        memo=f"{t.name} of {h.gpu_count}x {q.gpu_model} ({h.id})",
         postings=[Posting(cash.id, -q.amount_minor), Posting(system_account(s, "revenue").id, q.amount_minor)],
         now_ms=now_ms,
         floors={cash.id: -account.credit_limit_minor},
     )
     s.add(
         ChargeRow(
-            billing_account_id=payer,
-            user_id=user.id,
-            hold_id=hold_id,
+            billing_account_id=account.id,
+            user_id=h.user_id,
+            hold_id=h.id,
             kind="purchase",
             plan=t.name,
-            description=f"{t.name} ({t.label}) of {count} x {q.gpu_model}, hold {hold_id}, "
+            description=f"{t.name} ({t.label}) of {h.gpu_count} x {q.gpu_model}, hold {h.id}, "
             f"{iso(h.starts_at_ms)} to {iso(h.ends_at_ms)}",
             at_ms=now_ms,
             seconds=t.seconds,
@@ -381,8 +401,6 @@ def buy_in(
         )
     )
     s.flush()
-    announce(s, payer, now_ms)  # soft budget thresholds count purchases too
-    return h
 
 
 # --- ending -------------------------------------------------------------------------------------
