@@ -392,25 +392,7 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
     first (the meter takes one at a time; two batches take theirs in the same order), then the
     counter's. Returns the invoices written."""
     with p.db.write() as s:
-        s.execute(
-            select(Account.id)
-            .where(Account.kind == "cash", Account.ref.in_([f"ba:{b}" for b in ba_ids]))
-            .order_by(Account.billing_account_id)
-            .with_for_update()
-        ).all()
-        final: dict[int, set[str]] = defaultdict(set)
-        for ba_id, period in s.execute(
-            select(Invoice.billing_account_id, Invoice.period).where(
-                Invoice.billing_account_id.in_(ba_ids), Invoice.status == InvoiceStatus.FINAL
-            )
-        ):
-            final[ba_id].add(period)
-        todo: list[tuple[int, str, list[_Item]]] = []
-        for ba_id, groups in sorted(_items_of(s, ba_ids, tz).items()):
-            drafts: dict[str, list[_Item]] = defaultdict(list)
-            for g in groups:
-                drafts[_target(g.own, final[ba_id])].append(g)
-            todo.extend((ba_id, period, drafts[period]) for period in sorted(drafts) if due(period))
+        todo = _due_drafts(s, ba_ids, tz, due)
         if not todo:
             return 0
         first, cur = _next_number(s, len(todo)), currency(s)
@@ -431,33 +413,9 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
         s.add_all(InvoiceLine(invoice_id=inv.id, **asdict(line)) for inv, lines in made for line in lines)
         s.flush()
         _attach_charges(s, {inv.id: items for (inv, _), (_, _, items) in zip(made, todo, strict=True)})
-        # The intervals onto their invoices: one executemany per month of usage, a parameter set per
-        # payer (its allocations by their index, then its intervals by (allocation, start)). A single
-        # UPDATE with a correlated subquery over the new invoices scanned them for every interval
-        # (PostgreSQL had no statistics for the rows just inserted): 180 s for 10,000 payers.
-        by_month: dict[str, list[dict[str, int]]] = defaultdict(list)
-        for (inv, _), (ba_id, _period, items) in zip(made, todo, strict=True):
-            for own in sorted({g.own for g in items if isinstance(g, _Group)}):
-                lo, hi = period_bounds(own, tz)
-                by_month[own].append({"u_ba": ba_id, "u_invoice": inv.id, "u_lo": lo, "u_hi": hi})
-        usage = cast(Table, UsageRecordRow.__table__)
-        allocs = cast(Table, AllocationRow.__table__)
-        moved = 0
-        for _own, params in sorted(by_month.items()):
-            result = s.connection().execute(
-                update(usage)
-                .where(
-                    usage.c.invoice_id.is_(None),
-                    usage.c.allocation_id.in_(
-                        select(allocs.c.id).where(allocs.c.billing_account_id == bindparam("u_ba"))
-                    ),
-                    usage.c.end_ms > bindparam("u_lo"),
-                    usage.c.end_ms <= bindparam("u_hi"),
-                )
-                .values(invoice_id=bindparam("u_invoice")),
-                params,
-            )
-            moved += result.rowcount
+        moved = _attach_usage(
+            s, [(inv.id, ba_id, items) for (inv, _), (ba_id, _, items) in zip(made, todo, strict=True)], tz
+        )
         if moved != sum(g.count for _, _, items in todo for g in items):  # the locks make this impossible
             raise Conflict("invoice_race", "usage was posted while these invoices were written; retry")
         s.execute(
@@ -467,6 +425,64 @@ def _finalize_many(p: Platform, ba_ids: list[int], tz: ZoneInfo, due: Callable[[
             .execution_options(synchronize_session=False)
         )
         return len(made)
+
+
+def _due_drafts(
+    s: Session, ba_ids: list[int], tz: ZoneInfo, due: Callable[[str], bool]
+) -> list[tuple[int, str, list[_Item]]]:
+    """Lock the payers' billing accounts in id order, then (payer, month, items) of every draft ``due`` says
+    to finalise: payer by payer in id order, oldest month first (the order the numbers are given in)."""
+    s.execute(
+        select(Account.id)
+        .where(Account.kind == "cash", Account.ref.in_([f"ba:{b}" for b in ba_ids]))
+        .order_by(Account.billing_account_id)
+        .with_for_update()
+    ).all()
+    final: dict[int, set[str]] = defaultdict(set)
+    for ba_id, period in s.execute(
+        select(Invoice.billing_account_id, Invoice.period).where(
+            Invoice.billing_account_id.in_(ba_ids), Invoice.status == InvoiceStatus.FINAL
+        )
+    ):
+        final[ba_id].add(period)
+    todo: list[tuple[int, str, list[_Item]]] = []
+    for ba_id, groups in sorted(_items_of(s, ba_ids, tz).items()):
+        drafts: dict[str, list[_Item]] = defaultdict(list)
+        for g in groups:
+            drafts[_target(g.own, final[ba_id])].append(g)
+        todo.extend((ba_id, period, drafts[period]) for period in sorted(drafts) if due(period))
+    return todo
+
+
+def _attach_usage(s: Session, invoices: list[tuple[int, int, list[_Item]]], tz: ZoneInfo) -> int:
+    """The usage intervals onto their new invoices ((invoice id, payer, items) each); returns how many moved.
+
+    One executemany per month of usage, a parameter set per payer (its allocations by their index, then its
+    intervals by (allocation, start)). A single UPDATE with a correlated subquery over the new invoices
+    scanned them for every interval (PostgreSQL had no statistics for the rows just inserted): 180 s for
+    10,000 payers."""
+    by_month: dict[str, list[dict[str, int]]] = defaultdict(list)
+    for invoice_id, ba_id, items in invoices:
+        for own in sorted({g.own for g in items if isinstance(g, _Group)}):
+            lo, hi = period_bounds(own, tz)
+            by_month[own].append({"u_ba": ba_id, "u_invoice": invoice_id, "u_lo": lo, "u_hi": hi})
+    usage = cast(Table, UsageRecordRow.__table__)
+    allocs = cast(Table, AllocationRow.__table__)
+    moved = 0
+    for _own, params in sorted(by_month.items()):
+        result = s.connection().execute(
+            update(usage)
+            .where(
+                usage.c.invoice_id.is_(None),
+                usage.c.allocation_id.in_(select(allocs.c.id).where(allocs.c.billing_account_id == bindparam("u_ba"))),
+                usage.c.end_ms > bindparam("u_lo"),
+                usage.c.end_ms <= bindparam("u_hi"),
+            )
+            .values(invoice_id=bindparam("u_invoice")),
+            params,
+        )
+        moved += result.rowcount
+    return moved
 
 
 def finalize_due(p: Platform, now_ms: int) -> int:
