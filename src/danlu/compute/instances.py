@@ -198,6 +198,27 @@ def end_allocation(session: Session, inst: Instance, end_ms: int, *, release: bo
         inst.current_allocation_id = None
 
 
+def _checked_rental(
+    gpu_model: str,
+    gpu_count: int,
+    command: list[str],
+    env: dict[str, str] | None,
+    name: str,
+    from_instance: str | None,
+    from_snapshot: str | None,
+) -> tuple[str, list[str], dict[str, str]]:
+    """A rental's request checked before anything is made: its model's catalog name, its command and env."""
+    model = resolve_model(gpu_model).name
+    _check_count(gpu_count)
+    command = _validate_command(command)
+    checked_env = validate_env(env)
+    if len(name) > 64 or "\x00" in name:
+        raise InvalidInput("invalid_name", "instance names are at most 64 characters, without NUL bytes")
+    if from_instance and from_snapshot:
+        raise InvalidInput("invalid_source", "start from an instance or from a snapshot, not both")
+    return model, command, checked_env
+
+
 def rent(
     p: Platform,
     user: User,
@@ -222,17 +243,10 @@ def rent(
     ``from_snapshot``: as that snapshot of one (issue 26). The copy is made before any GPU is claimed,
     so it is not billed."""
     check_may_run(p, user)
-    model = resolve_model(gpu_model).name
-    _check_count(gpu_count)
-    command = _validate_command(command)
-    env = validate_env(env)
-    if len(name) > 64 or "\x00" in name:
-        raise InvalidInput("invalid_name", "instance names are at most 64 characters, without NUL bytes")
+    model, command, env = _checked_rental(gpu_model, gpu_count, command, env, name, from_instance, from_snapshot)
     limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     instance_id = "i-" + secrets.token_hex(5)
     ensure_sandbox_uid(p, user.id)
-    if from_instance and from_snapshot:
-        raise InvalidInput("invalid_source", "start from an instance or from a snapshot, not both")
     copied, origin = None, from_instance or from_snapshot
     if from_instance:
         copied = copy_workspace(p, user, from_instance, p.workspaces / instance_id)
