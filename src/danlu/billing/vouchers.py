@@ -137,17 +137,11 @@ def _open(c: VoucherCampaign, now_ms: int) -> bool:
     return c.active and c.valid_from_ms <= now_ms and (c.valid_until_ms is None or now_ms < c.valid_until_ms)
 
 
-def grant(
-    session: Session, campaign: VoucherCampaign, ba: BillingAccount, now_ms: int, redeemer: User | None = None
-) -> VoucherGrant:
-    """Give ``ba`` one voucher of ``campaign`` in the caller's transaction; refuses (and changes
-    nothing) past the campaign's limits, its window, or its eligibility.
-
-    A code ``redeemer`` (a person) gets at most ``max_per_account`` of a campaign's vouchers over every
-    account they redeem onto, and "new" means the *person* joined since the campaign started: any renter
-    can make teams, each a billing account, so per-account limits alone let one person redeem a code
-    onto team after team (found by an attacker's pass in issue 11's last stop). The caller holds the
-    redeemer's personal account lock, which serialises their redemptions."""
+def _next_grant(
+    session: Session, campaign: VoucherCampaign, ba: BillingAccount, now_ms: int, redeemer: User | None
+) -> int:
+    """The number of ``ba``'s next voucher of ``campaign``, after the campaign's window, eligibility and
+    per-person and per-account limits allow it (else 409, nothing changed)."""
     if not _open(campaign, now_ms):
         raise Conflict("voucher_not_available", f"campaign {campaign.name} is not open now")
     born = redeemer.created_at_ms if redeemer is not None else ba.created_at_ms
@@ -173,7 +167,21 @@ def grant(
     ).scalar_one()
     if held >= campaign.max_per_account:
         raise Conflict("voucher_already_redeemed", f"this account already holds campaign {campaign.name}'s voucher")
-    n = int(held) + 1
+    return int(held) + 1
+
+
+def grant(
+    session: Session, campaign: VoucherCampaign, ba: BillingAccount, now_ms: int, redeemer: User | None = None
+) -> VoucherGrant:
+    """Give ``ba`` one voucher of ``campaign`` in the caller's transaction; refuses (and changes
+    nothing) past the campaign's limits, its window, or its eligibility.
+
+    A code ``redeemer`` (a person) gets at most ``max_per_account`` of a campaign's vouchers over every
+    account they redeem onto, and "new" means the *person* joined since the campaign started: any renter
+    can make teams, each a billing account, so per-account limits alone let one person redeem a code
+    onto team after team (found by an attacker's pass in issue 11's last stop). The caller holds the
+    redeemer's personal account lock, which serialises their redemptions."""
+    n = _next_grant(session, campaign, ba, now_ms, redeemer)
     cur = currency(session)
     try:
         with session.begin_nested():
@@ -404,7 +412,6 @@ def expire_due(p: Platform, now_ms: int | None = None) -> int:
 
 
 # --- the API's and CLI's entry points ----------------------------------------------------------
-
 
 
 MAX_VALIDITY_MS = 3650 * 86_400_000
