@@ -86,6 +86,21 @@ def job_dir(p: Platform, job_id: str) -> Path:
     return p.sandbox_root / "jobs" / job_id
 
 
+def _check_some_model_fits(s: Session, types: list[str], gpus: int, interruptible: bool) -> None:
+    """A job must be placeable somewhere: a priced model among ``types`` (any, if none) with ``gpus`` GPUs on
+    one host (offered as interruptible, for an interruptible job); else 422, so it never sits in the queue."""
+    priced = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
+    candidates = types or sorted(priced)
+    if interruptible:
+        candidates = [m for m in candidates if m in priced and priced[m].interruptible_price_per_hour_minor]
+    if not [m for m in candidates if m in priced and capacity(s, m)[2] >= gpus]:
+        raise InvalidInput(
+            "no_matching_gpus",
+            f"no priced GPU model{' offered as interruptible' if interruptible else ''} among "
+            f"{', '.join(candidates) or 'any'} has {gpus} GPUs on one host; see `danlu offers`",
+        )
+
+
 def submit(
     p: Platform,
     user: User,
@@ -129,17 +144,7 @@ def submit(
             raise QuotaExceeded(
                 "gpu_quota_exceeded", f"this job needs {gpus} GPUs and your GPU quota is {quota}; ask for fewer"
             )
-        priced = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
-        candidates = types or sorted(priced)
-        if interruptible:
-            candidates = [m for m in candidates if m in priced and priced[m].interruptible_price_per_hour_minor]
-        usable = [m for m in candidates if m in priced and capacity(s, m)[2] >= gpus]
-        if not usable:
-            raise InvalidInput(
-                "no_matching_gpus",
-                f"no priced GPU model{' offered as interruptible' if interruptible else ''} among "
-                f"{', '.join(candidates) or 'any'} has {gpus} GPUs on one host; see `danlu offers`",
-            )
+        _check_some_model_fits(s, types, gpus, interruptible)
         seq = (s.execute(select(func.max(Job.seq))).scalar_one() or 0) + 1
         job = Job(
             id=job_id,
