@@ -251,34 +251,72 @@ def _meter_once(
         charges, paid = split_at(targets)
     total = sum(charges.values())
 
-    tx_id: int | None = None
+    tx_id = _post_usage(session, billing_account_id, allocations, targets, charges, paid, vouchers, floor, now_ms)
+    _record(session, allocations, targets, charges, paid, tx_id, exhausted, set(capped))
+    capped_instances = tuple(sorted({a.instance_id for a in allocations if a.id in capped}))
+    for a in allocations:
+        session.expire(a)
     if total > 0:
-        key = idempotency_key("usage", billing_account_id, *sorted(f"{a.id}@{a.billed_until_ms}" for a in allocations))
-        revenue = system_account(session, "revenue")
-        postings = [Posting(revenue.id, total)]
-        if paid.cash_minor:
-            postings.append(Posting(cash_account(session, billing_account_id).id, -paid.cash_minor))
-        accounts_by_grant = {g.id: a.id for g, a, _c in vouchers}
-        for grant_id, taken in paid.taken_by_voucher.items():
-            postings.append(Posting(accounts_by_grant[grant_id], -taken))
-        floors = {p.account_id: 0 for p in postings if p.account_id != revenue.id}
-        floors[cash_account(session, billing_account_id).id] = floor
-        tx = post(
-            session,
-            key=key,
-            kind="usage",
-            memo=usage_memo(
-                [
-                    UsagePart(a.instance_id, a.gpu_count, a.gpu_model, a.billed_until_ms, targets[a.id])
-                    for a in allocations
-                    if charges[a.id] > 0
-                ]
-            ),
-            postings=postings,
-            now_ms=now_ms,
-            floors=floors,
-        )
-        tx_id = tx.id
+        announce(session, billing_account_id, now_ms)
+    return MeterResult(total, exhausted, cutoff, capped_instances)
+
+
+def _post_usage(
+    session: Session,
+    billing_account_id: int,
+    allocations: list[AllocationRow],
+    targets: dict[int, int],
+    charges: dict[int, int],
+    paid: posting.Split,
+    vouchers: list[tuple[VoucherGrant, Account, VoucherCampaign]],
+    floor: int,
+    now_ms: int,
+) -> int | None:
+    """One balanced ledger transaction for the usage up to ``targets`` (revenue in; cash and vouchers out,
+    each above its floor), idempotent on the allocations' billed marks; its id, or None when nothing is owed."""
+    total = sum(charges.values())
+    if total <= 0:
+        return None
+    key = idempotency_key("usage", billing_account_id, *sorted(f"{a.id}@{a.billed_until_ms}" for a in allocations))
+    revenue = system_account(session, "revenue")
+    postings = [Posting(revenue.id, total)]
+    if paid.cash_minor:
+        postings.append(Posting(cash_account(session, billing_account_id).id, -paid.cash_minor))
+    accounts_by_grant = {g.id: a.id for g, a, _c in vouchers}
+    for grant_id, taken in paid.taken_by_voucher.items():
+        postings.append(Posting(accounts_by_grant[grant_id], -taken))
+    floors = {p.account_id: 0 for p in postings if p.account_id != revenue.id}
+    floors[cash_account(session, billing_account_id).id] = floor
+    tx = post(
+        session,
+        key=key,
+        kind="usage",
+        memo=usage_memo(
+            [
+                UsagePart(a.instance_id, a.gpu_count, a.gpu_model, a.billed_until_ms, targets[a.id])
+                for a in allocations
+                if charges[a.id] > 0
+            ]
+        ),
+        postings=postings,
+        now_ms=now_ms,
+        floors=floors,
+    )
+    return tx.id
+
+
+def _record(
+    session: Session,
+    allocations: list[AllocationRow],
+    targets: dict[int, int],
+    charges: dict[int, int],
+    paid: posting.Split,
+    tx_id: int | None,
+    exhausted: bool,
+    capped: set[int],
+) -> None:
+    """Move each allocation's billed mark to its target (guarded by its old mark: a concurrent meter fails
+    with ``meter_race``), settling those that ended or stopped here, and record every interval billed."""
     rows = []
     moves = []
     for a in allocations:
@@ -332,12 +370,6 @@ def _meter_once(
             raise Conflict("meter_race", "these allocations were metered concurrently; retry the tick")
     if rows:
         session.execute(insert(UsageRecordRow), rows)
-    capped_instances = tuple(sorted({a.instance_id for a in allocations if a.id in capped}))
-    for a in allocations:
-        session.expire(a)
-    if total > 0:
-        announce(session, billing_account_id, now_ms)
-    return MeterResult(total, exhausted, cutoff, capped_instances)
 
 
 def open_allocations_by_account(
