@@ -65,6 +65,43 @@ def _hosts(p: Platform) -> tuple[tuple[Host, ...], dict[str, tuple[int, str]]]:
     return tuple(hosts), ids
 
 
+def _queue(
+    s: Session,
+    models_here: set[str],
+    prices: dict[tuple[str, Plan], int],
+    default_ms: int,
+    runs: dict[str, list[Run]],
+    now: int,
+) -> list[JobRequest]:
+    """The queued jobs the core may place, in submission order: each with its time left on every model it
+    can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
+    queue = []
+    suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
+    for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
+        if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
+            continue
+        durations = _durations(job, models_here, prices, default_ms)
+        if not durations:
+            continue
+        attained = _attained(runs.get(job.id, ()), durations, now)
+        queue.append(
+            JobRequest(
+                id=job.id,
+                user=str(job.user_id),
+                gpus=job.gpus,
+                submit_ms=job.submit_ms,
+                durations_ms=_left(durations, attained, job.gpus),
+                priority=job.priority,
+                interruptible=job.interruptible,
+                max_price_minor=job.max_price_minor,
+                deadline_ms=job.deadline_ms,
+                seq=job.seq,
+                attained_ms=attained,
+            )
+        )
+    return queue
+
+
 def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tuple[int, str]], frozenset[str]]:
     """The core's view, the host keys' (host id, model), and which running items are rentals.
     ``demote``: the policy demotes by attained service, so whether running jobs checkpoint matters."""
@@ -82,30 +119,7 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
         book_tariffs = current_tariffs(s, now)
         models_here = {h.gpu_model for h in hosts}
         runs = _runs(s)
-        queue = []
-        suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
-        for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
-            if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
-                continue
-            durations = _durations(job, models_here, prices, default_ms)
-            if not durations:
-                continue
-            attained = _attained(runs.get(job.id, ()), durations, now)
-            queue.append(
-                JobRequest(
-                    id=job.id,
-                    user=str(job.user_id),
-                    gpus=job.gpus,
-                    submit_ms=job.submit_ms,
-                    durations_ms=_left(durations, attained, job.gpus),  # from its progress, as simulated
-                    priority=job.priority,
-                    interruptible=job.interruptible,
-                    max_price_minor=job.max_price_minor,
-                    deadline_ms=job.deadline_ms,
-                    seq=job.seq,
-                    attained_ms=attained,
-                )
-            )
+        queue = _queue(s, models_here, prices, default_ms, runs, now)
         running = []
         for job, inst, alloc in s.execute(
             select(Job, Instance, AllocationRow)
