@@ -225,6 +225,41 @@ class _AllowedModels:
         return [m for m in priced if durations.get(m, 0) > 0]
 
 
+def _choose_any(
+    view: ClusterView,
+    policy: Policy,
+    job: JobRequest,
+    models: list[str],
+    timeline: Timeline,
+    can_reserve: bool,
+    spread_into: dict[str, Parts] | None,
+) -> Option | None:
+    """Policy choice "any": a uniformly random type among those with room now, as Gavel's FIFO pools a type's
+    GPUs across servers — on one host where one has room, else spread (when the job may); else the earliest
+    reserved start."""
+    now = view.now_ms
+    room: list[tuple[str, int, str, Parts]] = []  # (model, duration, host or SPREAD, parts)
+    for m in models:
+        host = timeline.startable_now(m, job.gpus, job.durations_ms[m])
+        if host is not None:
+            room.append((m, job.durations_ms[m], host, ()))
+        elif spread_into is not None:
+            slower = job.spread_ms(m, view.spread_slowdown)
+            parts = timeline.spread_now(m, job.gpus, slower)
+            if parts is not None:
+                room.append((m, slower, SPREAD, parts))
+    if room:
+        model, duration, host, parts = room[any_type_index(job.id, len(room), policy.seed)]
+        if host == SPREAD and spread_into is not None:
+            spread_into[model] = parts
+        return (now, now + duration, model, host)
+    if not can_reserve:
+        return None
+    later = [_earliest(timeline, job, m) for m in models]
+    options = [o for o in later if o is not None]
+    return min(options, key=lambda o: (o[0], o[1])) if options else None
+
+
 def _choose(
     view: ClusterView,
     policy: Policy,
@@ -242,28 +277,7 @@ def _choose(
     now = view.now_ms
     spread_into = spreads if job.spread_ok and job.gpus > 1 else None
     if policy.choice == "any":
-        # A uniformly random type among those with room now, as Gavel's FIFO pools a type's GPUs
-        # across servers: on one host where one has room, else spread (when the job may).
-        room: list[tuple[str, int, str, Parts]] = []  # (model, duration, host or SPREAD, parts)
-        for m in models:
-            host = timeline.startable_now(m, job.gpus, job.durations_ms[m])
-            if host is not None:
-                room.append((m, job.durations_ms[m], host, ()))
-            elif spread_into is not None:
-                slower = job.spread_ms(m, view.spread_slowdown)
-                parts = timeline.spread_now(m, job.gpus, slower)
-                if parts is not None:
-                    room.append((m, slower, SPREAD, parts))
-        if room:
-            model, duration, host, parts = room[any_type_index(job.id, len(room), policy.seed)]
-            if host == SPREAD and spread_into is not None:
-                spread_into[model] = parts
-            return (now, now + duration, model, host)
-        if not can_reserve:
-            return None
-        later = [_earliest(timeline, job, m) for m in models]
-        options = [o for o in later if o is not None]
-        return min(options, key=lambda o: (o[0], o[1])) if options else None
+        return _choose_any(view, policy, job, models, timeline, can_reserve, spread_into)
     options = []
     for model in models:
         duration = job.durations_ms[model]
