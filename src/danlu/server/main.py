@@ -107,24 +107,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         if dir_lock is not None:
             dir_lock.release()  # a set-up that failed leaves the data folder to the next try
         raise
-    settings = Settings(
-        data_dir=data_dir,
-        stop_grace_s=opts.stop_grace,
-        exhausted_grace_s=opts.exhausted_grace,
-        meter_interval_s=opts.meter_interval,
-        tick_interval_s=opts.tick,
-        scheduler_policy=opts.policy,
-        preempt_notice_s=opts.preempt_notice,
-        **demotion,
-        sandbox_uid_first=uid_first,
-        sandbox_uid_count=uid_count,
-        sandbox_dir=sandbox_dir,
-        timezone=opts.timezone,  # the same zone bootstrap locked into the database
-        **idle,
-        webhook_allow_private=opts.webhook_allow_private,
-        ssh_host=opts.host,
-        ssh_port=opts.ssh_port,
-    )
+    settings = _settings(opts, data_dir, sandbox_dir, (uid_first, uid_count), {**demotion, **idle})
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
     app = create_app(platform, loop)
@@ -136,6 +119,29 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         uvicorn.run(app, host=opts.host, port=opts.port, log_config=None, **UVICORN_OPTIONS, **tls)  # type: ignore[arg-type]
     finally:
         loop.stop()
+
+
+def _settings(
+    opts: ServerOptions, data_dir: Path, sandbox_dir: Path, uids: tuple[int, int], checked: dict[str, Any]
+) -> Settings:
+    """The platform's settings from the options (``checked``: the demotion and idle limits, parsed before)."""
+    return Settings(
+        data_dir=data_dir,
+        stop_grace_s=opts.stop_grace,
+        exhausted_grace_s=opts.exhausted_grace,
+        meter_interval_s=opts.meter_interval,
+        tick_interval_s=opts.tick,
+        scheduler_policy=opts.policy,
+        preempt_notice_s=opts.preempt_notice,
+        sandbox_uid_first=uids[0],
+        sandbox_uid_count=uids[1],
+        sandbox_dir=sandbox_dir,
+        timezone=opts.timezone,  # the same zone bootstrap locked into the database
+        webhook_allow_private=opts.webhook_allow_private,
+        ssh_host=opts.host,
+        ssh_port=opts.ssh_port,
+        **checked,
+    )
 
 
 def discover_gpus(opts: ServerOptions) -> tuple[list[DiscoveredGpu], str, SlurmConfig | None]:
