@@ -122,9 +122,15 @@ class Sampler(threading.Thread):
             pid = int(info["pid"])
             parents[pid] = int(info.get("ppid") or 0)
             cmd = info.get("cmdline") or []
+            created = int((info.get("create_time") or 0) * 1000)
             if len(cmd) > 4 and cmd[3] == "danlu-run" and cmd[4].startswith(self.runs_prefix):
                 run_id = cmd[4].rsplit("/", 1)[-1].removesuffix(".exit")  # the instance's id
-                sups[pid] = (run_id, int((info.get("create_time") or 0) * 1000))
+                sups[pid] = (run_id, created)
+            elif (known := self.runs.get((pid, created))) is not None:
+                # A supervisor seen before whose command line reads empty: the kernel shows none while a
+                # process exits (its memory already released) though it still runs, as the server's own
+                # check sees. Still alive, not gone: judged gone early, it made billing look late.
+                sups[pid] = (known.instance_id, created)
             uids = info.get("uids")
             if uids is not None and self.uid_lo <= uids.real <= self.uid_hi:
                 renters[pid] = (uids.real, str(info.get("name") or ""))
