@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from danlu.accounts import teams
+from danlu.accounts.payers import personal_account
 from danlu.billing import budgets, invoices, terms, vouchers
 from danlu.billing import service as billing
 from danlu.compute import holds, instances
@@ -58,8 +59,6 @@ def a_month(p: Platform, clock: FakeClock) -> None:
                               valid_for_ms=2 * 86_400_000),
     )  # fmt: skip
     with p.db.read() as s:
-        from danlu.accounts.payers import personal_account
-
         payer = personal_account(s, ann.id).id
     vouchers.grant_by_name(p, "welcome", payer)
     a = instances.rent(p, ann, "A100-80GB", 1, ["python", "train.py"])

@@ -413,14 +413,19 @@ def _check_workspace_fits(s: Session, inst: Instance, alloc: AllocationRow, used
 def stop(p: Platform, user: User, instance_id: str) -> InstanceView:
     """GPU billing ends now; the process gets SIGTERM, then SIGKILL after the grace period. While the backend
     cannot reach the run (Slurm's controller down) the stop is refused and nothing changes: billing ending now
-    while the job ran on until the controller came back billed less than the cluster ran (issue 28, finding 8)."""
+    while the job ran on until the controller came back billed less than the cluster ran (issue 28, finding 8).
+    That check (Slurm: ``scontrol ping``, a subprocess) runs before the write transaction, never under its lock."""
+    with p.db.read() as s:
+        inst = get_owned(s, user, instance_id)
+        reaches_run = inst.status == Status.RUNNING and inst.run_handle is not None
+    if reaches_run:
+        refuse_while_unreachable(
+            p, "the rental runs on, billed by the cluster's clock, until a stop reaches it: try again shortly"
+        )
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
         ended_ms = None
         if inst.status == Status.RUNNING and inst.run_handle is not None:
-            refuse_while_unreachable(
-                p, "the rental runs on, billed by the cluster's clock, until a stop reaches it: try again shortly"
-            )
             # A backend with its own records (Slurm) ends the run itself; billing ends when it says.
             ended_ms = p.backend.cancel(inst.run_handle)
         handle = request_stop(

@@ -44,10 +44,12 @@ def stop_instance(p: Platform, instance_id: str, reason: str) -> InstanceView:
     """Stop any renter's instance (its workspace is kept); the renter sees the reason."""
     why = f"stopped by the operator: {_reason(reason)}"
     user = _owner(p, instance_id)
+    with p.db.read() as s:
+        has_run = get_owned(s, user, instance_id).run_handle is not None
+    if has_run:  # as a renter's stop: never billing's end while the run goes on (checked outside the write lock)
+        refuse_while_unreachable(p, "the rental runs on until a stop reaches it: try again shortly")
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
-        if inst.run_handle is not None:  # as a renter's stop: never billing's end while the run goes on
-            refuse_while_unreachable(p, "the rental runs on until a stop reaches it: try again shortly")
         handle = instances.request_stop(p, s, inst, StopCause.OPERATOR, why, p.settings.stop_grace_s)
     instances.terminate_runs(p, [handle])
     return show(p, user, instance_id)

@@ -166,11 +166,6 @@ def _wraps(template: str) -> bool:
     return any(name in _SENTENCE_SLOTS for name in _SLOT.findall(template))
 
 
-def say(template: str, **values: object) -> str:
-    """The English sentence of ``template`` (one of TEMPLATES) with ``values``."""
-    return template.format(**values)
-
-
 def translate(text: str, gettext: Callable[[str], str], _depth: int = 0) -> str:
     """``text`` in the language of ``gettext``: its template's translation with its values, or ``text``."""
     if not text or _depth > 6:

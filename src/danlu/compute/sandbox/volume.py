@@ -292,9 +292,8 @@ def mount_all(sandbox_dir: Path) -> int:
     volumes = sandbox_dir / "volumes"
     if not volumes.is_dir():
         return 0
-    for part in sorted(volumes.glob("*.part")) + [
-        s.with_suffix(".part") for s in sorted(volumes.glob("*.staging")) if not s.with_suffix(".part").exists()
-    ]:
+    unfinished = {p.with_suffix(".part") for pattern in ("*.part", "*.staging") for p in volumes.glob(pattern)}
+    for part in sorted(unfinished):
         try:
             _clear_partial(part)
         except OSError as exc:
