@@ -356,6 +356,7 @@ def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform
     assert isinstance(executor, RecordingBackend)
     executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms())
     reconcile(p)
+    compute_storage.measure_stored(p)  # the loop's storage phase, after the stop commits
     before = show(p, user, inst.id)
     assert before.status == "stopped" and before.stopped_storage_per_day_minor == 10  # 3.00 / 30 days
     fake_clock.advance(seconds=30 * 86_400)
@@ -383,6 +384,69 @@ def test_a_stop_with_free_storage_never_walks_the_workspace_in_its_write_transac
     executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms())
     reconcile(p)
     assert show(p, user, inst.id).status == "stopped"
+
+
+def _stopped_with_a_gib(p: Platform, fake_clock: FakeClock) -> tuple[User, str, int]:
+    """A renter's rental holding 1 GiB (sparse), stopped with storage at 3.00 per GB-month; its stop time."""
+    from danlu.billing import storage
+
+    storage.configure(p, price_gb_month="3.00", warn_after_s=366 * 86_400, release_after_s=366 * 86_400)
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["nb"])
+    with p.db.read() as s:
+        workspace = Path(s.get(Instance, inst.id).workspace)  # type: ignore[union-attr]
+    workspace.mkdir(parents=True, exist_ok=True)  # the recording backend makes none
+    with open(workspace / "data", "wb") as f:
+        f.truncate(1 << 30)
+    instances.stop(p, user, inst.id)
+    executor = p.backend
+    assert isinstance(executor, RecordingBackend)
+    stopped_at = fake_clock.now_ms()
+    executor.die(executor.last(), code=0, at_ms=stopped_at)
+    return user, inst.id, stopped_at
+
+
+def test_a_priced_stop_measures_the_workspace_after_commit_and_bills_it_from_the_stop(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: where storage is priced, the stop's write transaction walked the renter's files (on SQLite
+    every writer waited for the walk). The loop's storage phase measures it after commit, and the storage
+    allocation starts at the stop, not at the measurement: not a millisecond of storage goes unbilled."""
+    walks: list[str] = []
+    real = compute_storage.workspace_bytes
+    monkeypatch.setattr(compute_storage, "workspace_bytes", lambda path: walks.append(path) or real(path))
+    user, inst_id, stopped_at = _stopped_with_a_gib(p, fake_clock)
+    fake_clock.advance(seconds=2)
+    reconcile(p)  # the process ended: stopped
+    assert show(p, user, inst_id).status == "stopped"
+    assert walks == []  # nothing measured in the stop's transactions
+    fake_clock.advance(seconds=3)
+    assert compute_storage.measure_stored(p) == 1
+    assert len(walks) == 1
+    with p.db.read() as s:
+        inst = s.get(Instance, inst_id)
+        assert inst is not None and inst.storage_measure_from_ms is None
+        stored = s.get(AllocationRow, inst.storage_allocation_id)
+        assert stored is not None and stored.gpu_count == 1024  # MiB
+        assert stored.started_at_ms == stored.billed_until_ms == inst.stopped_at_ms == stopped_at + 2000
+    assert compute_storage.measure_stored(p) == 0 and len(walks) == 1  # measured once
+    before = show(p, user, inst_id)
+    fake_clock.advance(seconds=30 * 86_400 - 5)
+    meter_all(p)
+    assert show(p, user, inst_id).storage_cost_minor - before.storage_cost_minor == 300  # 30 days from the stop
+
+
+def test_a_rental_started_again_before_its_workspace_is_measured_opens_no_storage(
+    p: Platform, fake_clock: FakeClock
+) -> None:
+    user, inst_id, _ = _stopped_with_a_gib(p, fake_clock)
+    reconcile(p)
+    instances.start(p, user, inst_id)
+    assert compute_storage.measure_stored(p) == 0
+    with p.db.read() as s:
+        inst = s.get(Instance, inst_id)
+        assert inst is not None and inst.storage_measure_from_ms is None and inst.storage_allocation_id is None
+        assert s.query(AllocationRow).filter(AllocationRow.plan == "storage").count() == 0
 
 
 def test_a_clock_that_jumps_during_a_tick_is_metered_on_the_next_one(

@@ -12,7 +12,7 @@ from danlu.core.clock import FakeClock
 from danlu.server import loop as loop_mod
 from danlu.server.loop import PHASES, Cadence, ControlLoop
 
-EVERY_TICK = ["reconcile", "schedule", "timetables", "idle", "webhooks"]
+EVERY_TICK = ["reconcile", "schedule", "timetables", "idle", "storage", "webhooks"]
 
 
 @pytest.fixture
@@ -66,5 +66,16 @@ def test_each_tick_runs_the_due_phases_in_order_and_a_failure_stops_none(
     fake_clock.advance(seconds=50)
     ran.clear()
     loop.run_once()  # a minute on: samples fold, hints, and the alerts come with the meter pass
-    assert ran == [*EVERY_TICK[:3], "sample", "idle", "retention", "hints", "webhooks", "meter", "invoices", "alerts"]
+    assert ran == [
+        *EVERY_TICK[:3],
+        "sample",
+        "idle",
+        "storage",
+        "retention",
+        "hints",
+        "webhooks",
+        "meter",
+        "invoices",
+        "alerts",
+    ]
     assert loop.ticks == 8

@@ -1,9 +1,11 @@
 """A stopped rental's kept workspace (docs/billing.md "Stopped storage"): when the instance stops with its
 workspace kept, the workspace is measured and billed per MiB at the storage plan's price from then on (a
-storage allocation), until it starts again, is removed or released. Called by ``instances.transition``."""
+storage allocation), until it starts again, is removed or released. ``start_storage``/``end_storage`` are
+called by ``instances.transition`` inside its transaction; ``measure_stored`` is the loop's ``storage`` phase."""
 
 from __future__ import annotations
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from danlu.billing import storage
@@ -11,23 +13,53 @@ from danlu.billing.accounts import lock_billing_account
 from danlu.billing.metering import meter_account
 from danlu.billing.price_plans import current_plan
 from danlu.compute.views import workspace_bytes
+from danlu.context import Platform
 from danlu.db.models import AllocationRow, Instance
 
 
 def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
-    """The instance stopped with its workspace kept: measure it and bill it at the storage price
-    plan from now (danlu.billing.storage); the retention clock starts."""
+    """The instance stopped with its workspace kept: the retention clock starts and, where storage is
+    priced, the workspace waits to be measured (``measure_stored``, after this transaction commits: a walk
+    of the renter's files inside it would hold every writer on SQLite) and billed from now."""
     inst.stopped_at_ms, inst.storage_warned_at_ms = now_ms, None
     if inst.workspace_released_at_ms is not None or inst.storage_allocation_id is not None:
         return
     row = current_plan(session, storage.MODEL, storage.PLAN)
     if row is None or row.price_per_hour_minor == 0:
         return  # free storage: retention still applies, nothing is measured or billed
-    # Measured inside the write transaction, only when storage is priced: moving this after commit
-    # (a measuring phase, the meter waiting for it) is left to issue 27's rest.
-    size = workspace_bytes(inst.workspace)
-    if storage.mib(size) == 0:
-        return  # nothing stored
+    inst.storage_measure_from_ms = now_ms
+
+
+def measure_stored(p: Platform) -> int:
+    """The loop's ``storage`` phase: measure each workspace stopped since the last pass, outside any
+    transaction, then open its storage allocation back-dated to the stop (the meter bills it from there).
+    A workspace started, removed or released in between is left alone. Returns how many were opened."""
+    with p.db.read() as s:
+        due = s.execute(
+            select(Instance.id, Instance.workspace, Instance.storage_measure_from_ms).where(
+                Instance.storage_measure_from_ms.is_not(None)
+            )
+        ).all()
+    opened = 0
+    for inst_id, workspace, since in due:
+        if since is None:
+            continue
+        size = workspace_bytes(workspace)
+        with p.db.write() as s:
+            inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+            if inst is None or inst.storage_measure_from_ms != since:
+                continue  # started again (or stopped again) since it was read
+            inst.storage_measure_from_ms = None
+            if inst.workspace_released_at_ms is not None or inst.storage_allocation_id is not None:
+                continue
+            opened += _open(s, inst, size, since)
+    return opened
+
+
+def _open(session: Session, inst: Instance, size: int, since_ms: int) -> int:
+    row = current_plan(session, storage.MODEL, storage.PLAN)
+    if row is None or row.price_per_hour_minor == 0 or storage.mib(size) == 0:
+        return 0  # storage made free since the stop, or nothing stored
     alloc = AllocationRow(
         instance_id=inst.id,
         user_id=inst.user_id,
@@ -42,21 +74,23 @@ def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
         discount_bp=0,
         tariffs_json="",
         currency=row.currency,
-        started_at_ms=now_ms,
+        started_at_ms=since_ms,
         ended_at_ms=None,
-        billed_until_ms=now_ms,
+        billed_until_ms=since_ms,
         billed_minor=0,
         settled=False,
     )
     session.add(alloc)
     session.flush()
     inst.storage_allocation_id = alloc.id
+    return 1
 
 
 def end_storage(session: Session, inst: Instance, end_ms: int) -> None:
     """Stop billing the stored workspace (the instance starts again, is removed, or released)."""
     inst.stopped_at_ms = None
     inst.storage_warned_at_ms = None
+    inst.storage_measure_from_ms = None  # not measured yet: nothing was billed
     if inst.storage_allocation_id is None:
         return
     lock_billing_account(session, inst.billing_account_id)

@@ -20,6 +20,7 @@ from typing import TypeVar
 from danlu.billing.invoices import finalize_due
 from danlu.compute.reconcile import MeterReport, TickReport, meter_all, reconcile
 from danlu.compute.schedules import run_due
+from danlu.compute.storage import measure_stored
 from danlu.context import Platform
 from danlu.db.models import CONTROL_LOOP_LEASE
 from danlu.notify import alerts
@@ -191,6 +192,8 @@ PHASES: tuple[Phase, ...] = (
     Phase(
         "idle", Cadence.TICK, lambda loop, t: enforce(loop.p, t.sample_period_ms), "idle auto-stop, maximum duration"
     ),
+    Phase("storage", Cadence.TICK, lambda loop, t: measure_stored(loop.p), "measure workspaces stopped since the "
+          "last tick (outside any transaction) and bill their storage from the stop"),
     Phase("retention", Cadence.MINUTE, lambda loop, t: downsample(loop.p, loop.p.settings.retention), "fold samples"),
     Phase("hints", Cadence.MINUTE, lambda loop, t: efficiency.emit(loop.p), "low GPU use with a busy process"),
     Phase("webhooks", Cadence.TICK, lambda loop, t: enqueue(loop.p), "a delivery row per new event and webhook"),

@@ -88,6 +88,9 @@ class Instance(Base):
     # While stopped with its workspace kept: the allocation billing that storage (plan "storage"),
     # since when, when the renter was warned of its release, and when it was released.
     storage_allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Stopped with priced storage, not yet measured: the loop's ``storage`` phase measures the workspace
+    # after the stop commits and bills it from this moment (danlu.compute.storage.measure_stored).
+    storage_measure_from_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
     stopped_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     storage_warned_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     workspace_released_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
