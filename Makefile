@@ -76,7 +76,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/disk_limit.py
 	$(BIN)/python benchmarks/cli_start.py
 
-# The kill -9 drill at length (CI runs 20 kills per database in the test suite).
+# The kill -9 drill at length (CI runs 12 kills per database in the test suite).
 KILLS ?= 100
 SEED ?= 1
 drill: $(STAMP) system-deps

@@ -79,7 +79,7 @@ def test_a_server_killed_during_a_demotion_notice_finishes_it_after_restart(db_u
         proc.wait(timeout=20)
         end_server_runs(db_url, data)
 
-    drill = _load_drill()
+    drill = _load_drill("drill_checks")
     db = open_database(db_url)
     try:
         with db.read() as s:
