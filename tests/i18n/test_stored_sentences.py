@@ -120,6 +120,28 @@ def test_every_sentence_a_month_stores_reads_in_chinese(p: Platform, fake_clock:
     assert untranslated == [], "\n".join(untranslated)
 
 
+@pytest.mark.parametrize("simulated", [False, True])
+@pytest.mark.parametrize("gpu_mem_mb", [None, 9_000])
+def test_efficiency_hints_read_in_chinese(simulated: bool, gpu_mem_mb: int | None) -> None:
+    """The loop's ``efficiency_hint`` event (its hints joined by "; ") and each hint ``danlu show`` and the
+    console's instance page list were English on a Chinese page: every variant, each sentence translated."""
+    from danlu.catalog.gpu_models import gpu_models
+    from danlu.telemetry.hints import Measured, advise
+
+    prices = {"H100-80GB": 2_000, "A100-80GB": 1_200, "L4": 300, "T4": 150}
+    for count in (1, 2):
+        m = Measured("H100-80GB", count, 12.0, 1.0, 8.0, gpu_mem_mb, 20, simulated)
+        hints = advise(m, gpu_models(), prices)
+        assert len(hints) == 4, hints  # input, precision, batch, a cheaper GPU
+        zh = translations("zh_CN").gettext
+        for text in [*hints, "; ".join(hints)]:
+            read = sentences.translate(text, zh)
+            left = [w for w in ("averaged", "load data", "mixed precision", "larger batch", "cheaper GPU",
+                                "simulated GPUs", "would keep up") if w in read]  # fmt: skip
+            assert CJK.search(read) and not left, (text, read)
+        assert "DataLoader(num_workers=7" in sentences.translate(hints[0], zh)  # the code is kept as code
+
+
 def test_a_wrapper_is_read_before_the_free_text_inside_it() -> None:
     """An operator's reason is free text: it must not swallow the "; the process has ended" the platform added
     (it did, while templates were tried by literal length alone)."""

@@ -64,6 +64,46 @@ TEMPLATES = [
     N_("maximum duration: ran {ran} s of at most {most} s; stopped at {when}"),
     N_("scheduled {action} ({timetable})"),
     N_("{what} failed: {error}"),
+    # Efficiency hints (danlu.telemetry.hints; the event joins them with "; ", in this order).
+    N_(
+        "over the last {minutes} min the GPU averaged {pct}% while the process kept {cores} of {allotted} CPU cores "
+        "busy"
+    ),
+    N_(
+        "over the last {minutes} min the GPUs averaged {pct}% while the process kept {cores} of {allotted} CPU cores "
+        "busy"
+    ),
+    N_("{why} (simulated GPUs: their utilisation is the run's CPU share)"),
+    N_(
+        "input-bound? {why}: load data in parallel, e.g. DataLoader(num_workers={n}, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=4), and move preprocessing onto the GPU"
+    ),
+    N_(
+        "input-bound? {why}: load data in parallel, e.g. DataLoader(num_workers={n}, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=4), and move preprocessing onto the GPU; {what}"
+    ),
+    N_(
+        "mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) (or fp16 with a GradScaler) halves the bytes "
+        "each step moves and uses the tensor cores"
+    ),
+    N_(
+        "mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) (or fp16 with a GradScaler) halves the bytes "
+        "each step moves and uses the tensor cores; {what}"
+    ),
+    N_(
+        "a larger batch (or gradient accumulation): it used {used} of {total} GB of GPU memory; fewer, larger steps "
+        "spend less time in Python per sample"
+    ),
+    N_(
+        "a larger batch (or gradient accumulation): it used {used} of {total} GB of GPU memory; fewer, larger steps "
+        "spend less time in Python per sample; {what}"
+    ),
+    N_("a larger batch or gradient accumulation: fewer, larger steps spend less time in Python per sample"),
+    N_("a larger batch or gradient accumulation: fewer, larger steps spend less time in Python per sample; {what}"),
+    N_(
+        "a cheaper GPU: at {pct}% this {model} delivered about {delivered} of its {tflops} dense TFLOPS; a {other} "
+        "({other_tflops} TFLOPS, {gb} GB) would keep up at {share}% of the price (`danlu offers --gpu {other}`)"
+    ),
     # Packages and reservations.
     N_("{term} hold {hold} expired: runs on at the on-demand price"),
     N_("{term} hold {hold} expired: stopped"),
