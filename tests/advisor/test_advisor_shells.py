@@ -118,6 +118,30 @@ def test_advise_via_server_includes_platform_offers(monkeypatch: pytest.MonkeyPa
     assert options[0]["provider"] == "this platform" and options[0]["currency"] == "CNY"
 
 
+def test_advise_says_how_to_rent_or_resize_onto_the_best_option_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26, item 3: the advisor's answer leads to the rental — the command that rents the cheapest fitting
+    option on this platform, or with ``--resize ID`` the one that starts a stopped rental on it."""
+    client = _api([platform_offer("A100-80GB", 900, "CNY", free=8, total=8)])
+    monkeypatch.setattr(httpx, "post", lambda url, json, headers, timeout: client.post("/api/v1/advice", json=json))
+    monkeypatch.setenv("DANLU_URL", "http://127.0.0.1:8000")
+    monkeypatch.setenv("DANLU_TOKEN", "tok")
+    ask = ["advise", "--params", "7e9", "--task", "finetune", "--tokens", "1e8"]
+    res = CliRunner().invoke(cli_app, [*ask, "--json"])
+    here = [o for o in json.loads(res.stdout) if o["on_this_platform"] and o["fits"] and o["plan"] == "on-demand"]
+    assert here and all(o["provider"] == "this platform" for o in here)
+    best = here[0]
+    assert best["gpu_count"] > 1  # 7e9 fully fine-tuned needs two 80 GB cards: "more GPUs?" answered with a count
+    shape = f"--gpu A100-80GB --count {best['gpu_count']}"
+    res = CliRunner().invoke(cli_app, [*ask, "--resize", "i-0123456789"])
+    assert res.exit_code == 0, res.output
+    assert f"danlu start i-0123456789 {shape}" in res.stdout.replace("\n", "")
+    res = CliRunner().invoke(cli_app, ask)
+    assert f"danlu rent {shape}" in res.stdout.replace("\n", "")
+    monkeypatch.delenv("DANLU_URL")
+    res = CliRunner().invoke(cli_app, [*ask, "--resize", "i-0123456789"])
+    assert res.exit_code != 0 and "invalid_resize" in res.stderr
+
+
 def test_api_advice_errors_are_typed() -> None:
     client = _api([])
     ok = client.post("/api/v1/advice", json={"model": "llama-7b", "tokens": 1e8, "deadline_hours": 24})

@@ -4,6 +4,8 @@ same page in 简体中文. Real HTTP, real sandbox, both databases."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import LiveServer, wait_for
@@ -43,6 +45,36 @@ def test_a_stopped_instance_starts_on_other_gpus_at_the_price_the_page_showed(li
     set_password(live, "yan", "yan-password-1")
     other = sign_in(live, "yan", "yan-password-1")
     assert other.get(f"/instances/{iid}/resize").status_code == 404
+
+
+def test_the_advisor_links_its_options_here_to_renting_and_to_resizing_a_stopped_rental(live: LiveServer) -> None:
+    """Issue 26, item 3: "more GPUs?" answered by the advisor links to the resize. Its rent link was never shown
+    (the page compared the provider with "danlu", the advisor says "this platform")."""
+    with live.new_user("abe", topup="500.00") as api:
+        iid = api.post("/instances", json={"gpu_model": "T4", "command": ["sleep", "60"]}).json()["id"]
+        assert api.post(f"/instances/{iid}/stop").status_code == 200
+        wait_for(lambda: api.get(f"/instances/{iid}").json()["status"] == "stopped")
+    set_password(live, "abe", "abe-password-1")
+    c = sign_in(live, "abe", "abe-password-1")
+    assert f'href="/advisor?instance={iid}"' in c.get(f"/instances/{iid}/resize").text
+    page = c.get("/advisor", params={"params": "7e9", "task": "finetune", "tokens": "1e8", "instance": iid}).text
+    assert f'name="instance" value="{iid}"' in page  # the form keeps it
+    resizes = re.findall(rf'href="/instances/{iid}/resize\?gpu_model=([^&"]+)&amp;gpu_count=(\d+)"', page)
+    rents = re.findall(r'class="rent-link" href="/rent\?gpu=([^&"]+)&amp;count=(\d+)"', page)
+    assert rents and resizes == rents, (rents, resizes)
+    assert any(int(n) > 1 for _, n in resizes)  # a larger model: more GPUs than the rental has
+    model, count = resizes[0]
+    shown = c.get(f"/instances/{iid}/resize", params={"gpu_model": model, "gpu_count": count}).text
+    assert 'id="resize-quote"' in shown  # the price first, then the button
+    assert (
+        f'id="r-count" name="gpu_count" type="number" min="1" max="64" value="{count}"'
+        in c.get("/rent", params={"gpu": model, "count": count}).text
+    )
+    assert "resize-link" not in c.get("/advisor", params={"params": "7e9", "tokens": "1e8"}).text
+    live.new_user("ben").close()
+    set_password(live, "ben", "ben-password-1")
+    other = sign_in(live, "ben", "ben-password-1")
+    assert other.get("/advisor", params={"params": "1e9", "instance": iid}).status_code == 404
 
 
 def test_snapshots_in_the_console_take_list_rent_from_and_remove(live: LiveServer) -> None:

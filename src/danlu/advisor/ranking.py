@@ -91,6 +91,7 @@ class Option:
             "cost": format_minor(self.cost_minor, self.currency),
             "currency": self.currency,
             "provider": self.provider,
+            "on_this_platform": self.provider == PLATFORM_PROVIDER,
             "region": self.region,
             "plan": self.plan,
             "note": self.note,

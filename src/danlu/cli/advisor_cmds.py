@@ -135,6 +135,9 @@ def advise(
     currency: str = typer.Option(None, help="Currency that ranks first (default: platform's, else USD)."),
     top: int = typer.Option(20, help="Rows in the table (JSON has all)."),
     include_outliers: bool = OUTLIERS_OPT,
+    resize: str = typer.Option(
+        None, "--resize", metavar="ID", help="A stopped rental of yours: say how to start it on the best option here."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Rank GPU options for a workload by total cost, with fit, memory and time."""
@@ -142,6 +145,9 @@ def advise(
         return
     if top < 1:
         fail("--top is the number of rows to show, at least 1 (--json prints them all)", "invalid_top")
+    url = os.environ.get("DANLU_URL")
+    if resize and not url:
+        fail("--resize needs this platform's offers: set DANLU_URL (and DANLU_TOKEN) to its server", "invalid_resize")
     body: dict[str, Any] = {
         "params": params,
         "model": model,
@@ -171,7 +177,6 @@ def advise(
     }
     if include_outliers:  # sent only when asked: a server without the field still answers the rest
         extra["include_outliers"] = True
-    url = os.environ.get("DANLU_URL")
     try:
         workload = build_workload(**body)  # validate locally first, in both modes
         if url:
@@ -202,6 +207,30 @@ def advise(
     print_table(rows, OPTION_COLUMNS, title=f"advice ({len(options)} options; {meta['currency_note']})")
     _outlier_note(int(meta.get("outliers_left_out") or 0))
     _spread_notes(options[:top])
+    if url:
+        _here_note(options, resize)
+
+
+def _here_note(options: list[dict[str, Any]], resize: str | None) -> None:
+    """The cheapest option that fits and is rentable on this platform, as the command that rents it — or, with
+    ``--resize ID``, that starts the renter's stopped rental on it (the price is shown again before it starts)."""
+    plans = ("on-demand",) if resize else ("on-demand", "interruptible")  # a resize keeps the rental's plan
+    here = (o for o in options if o.get("on_this_platform") and o["fits"] and o["plan"] in plans)
+    best = next(here, None)
+    if best is None:
+        console.print("no option on this platform fits this workload", markup=False, highlight=False)
+        return
+    shape = f"--gpu {best['gpu_model']} --count {best['gpu_count']}"
+    if best["plan"] == "interruptible":
+        shape += " --interruptible"
+    command = f"danlu start {resize} {shape}" if resize else f"danlu rent {shape} -- COMMAND"
+    console.print(
+        f"here, the cheapest that fits: {best['gpu_count']}× {best['gpu_model']} ({best['plan']}, {best['cost']} "
+        f"{best['currency']}): {command}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _spread_notes(options: list[dict[str, Any]]) -> None:

@@ -146,13 +146,21 @@ def offers(
 
 
 @router.get("/rent")
-def rent_form(ctx: Page, gpu: Annotated[str, Query(max_length=64)] = "") -> Response:
+def rent_form(
+    ctx: Page, gpu: Annotated[str, Query(max_length=64)] = "", count: Annotated[int, Query(ge=1, le=64)] = 1
+) -> Response:
     offers_now = [OfferOut.of(o) for o in list_offers(ctx.platform) if o.price_per_hour_minor is not None]
     estimates = {o.gpu_model: _estimates(ctx, o) for o in offers_now}
     gpu = gpu if gpu in estimates else (offers_now[0].gpu_model if offers_now else "")
     snaps = snapshots.list_snapshots(ctx.platform, ctx.me)
     return ctx.render(
-        "rent.html", offers=offers_now, images=list_images(ctx.platform), gpu=gpu, estimates=estimates, snapshots=snaps
+        "rent.html",
+        offers=offers_now,
+        images=list_images(ctx.platform),
+        gpu=gpu,
+        count=count,
+        estimates=estimates,
+        snapshots=snaps,
     )
 
 
@@ -442,8 +450,12 @@ def advisor(
     task: Annotated[str, Query(max_length=20)] = "finetune",
     precision: Annotated[str, Query(max_length=10)] = "bf16",
     tokens: Annotated[str, Query(max_length=20)] = "1e9",
+    instance: Annotated[str, Query(max_length=32)] = "",
 ) -> Response:
-    """Which GPU fits my model: the advisor's ranking (``danlu advise``) for a parameter count."""
+    """Which GPU fits my model: the advisor's ranking (``danlu advise``) for a parameter count. Each option on
+    this platform links to the rent page with its model and count; from a stopped rental's resize page
+    (``instance``: the renter's own, else 404) also to starting that rental on it (issue 26, item 3)."""
+    resize_of = instances_api.show(_checked_id(instance), ctx.platform, ctx.me) if instance else None
     result = None
     if params.strip():
         try:
@@ -464,4 +476,5 @@ def advisor(
         tokens=tokens,
         tasks=TASKS,
         precisions=PRECISIONS,
+        resize_of=resize_of,
     )

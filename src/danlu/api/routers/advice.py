@@ -155,6 +155,10 @@ class OptionOut(BaseModel):
     cost: str
     currency: str
     provider: str
+    on_this_platform: bool = Field(
+        description="rentable here: `danlu rent --gpu GPU_MODEL --count GPU_COUNT`, or a stopped rental resized onto "
+        "it with `danlu start ID --gpu GPU_MODEL --count GPU_COUNT`"
+    )
     region: str
     plan: str
     note: str
