@@ -114,3 +114,39 @@ def test_another_renters_instance_bad_specs_and_the_disk_limit(
     assert r.returncode != 0 and "error [disk_limit]" in r.stderr, r.stderr
     ls = run(sbx, token_of(c), iid, ["sh", "-c", "ls big 2>&1; true"])
     assert b"No such file" in ls.out  # refused before anything was sent
+
+
+def test_a_large_file_resumes_where_a_broken_copy_stopped_both_ways(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+    tmp_path: Path,
+) -> None:
+    """Issue 26, item 1: ``danlu cp`` of one large file resumes (``--resumable``; automatic from 64 MiB): up, from
+    what the server kept of a broken copy; down, from the partial file here. A partial that is not a prefix of the
+    file fails the check, is removed, and the next run copies it whole."""
+    c, iid = renter
+    data = os.urandom(3 << 20)
+    sha = hashlib.sha256(data).hexdigest()
+    (tmp_path / "big.bin").write_bytes(data)
+    params = {"path": "in/big.bin", "sha256": sha, "length": len(data)}
+    kept = c.put(f"/instances/{iid}/files/resumable", params={**params, "offset": 0}, content=data[:1_000_000])
+    assert kept.status_code == 200 and kept.json()["received"] == 1_000_000  # a copy that broke there
+    up = cp(sbx, c, "--resumable", "--json", str(tmp_path / "big.bin"), f"{iid}:in/")
+    assert up.returncode == 0, up.stderr
+    assert json.loads(up.stdout) == {"files": 1, "bytes": len(data), "to": f"{iid}:in/big.bin",
+                                     "sha256_verified": True, "resumed_from": 1_000_000}  # fmt: skip
+    assert "resuming" in up.stderr
+    assert c.get(f"/instances/{iid}/files", params={"path": "in/big.bin"}).content == data
+    out = tmp_path / "out.bin"
+    (tmp_path / "out.bin.danlu-part").write_bytes(data[:700_000])  # a download that broke there
+    down = cp(sbx, c, "--json", f"{iid}:in/big.bin", str(out))  # a partial copy waits: resumed without the flag
+    assert down.returncode == 0, down.stderr
+    assert json.loads(down.stdout)["resumed_from"] == 700_000
+    assert out.read_bytes() == data and not (tmp_path / "out.bin.danlu-part").exists()
+    out.unlink()
+    (tmp_path / "out.bin.danlu-part").write_bytes(b"\0" * 700_000)  # not what the file starts with
+    bad = cp(sbx, c, f"{iid}:in/big.bin", str(out))
+    assert bad.returncode != 0 and "error [copy_corrupted]" in bad.stderr, bad.stderr
+    assert not out.exists() and not (tmp_path / "out.bin.danlu-part").exists()
+    again = cp(sbx, c, "--resumable", f"{iid}:in/big.bin", str(out))
+    assert again.returncode == 0 and out.read_bytes() == data, again.stderr

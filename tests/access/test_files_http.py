@@ -143,3 +143,83 @@ def test_a_broken_download_resumes_from_where_it_stopped(
     assert past.status_code == 416 and past.json()["error"]["details"] == {"size": len(data)}
     several = c.get(f"/instances/{iid}/files", params={"path": "ckpt.pt"}, headers={"Range": "bytes=0-1,5-9"})
     assert several.status_code == 200 and several.content == data  # another form: the whole file
+
+
+def _state(c: httpx.Client, iid: str, params: dict[str, object]) -> dict[str, object]:
+    r = c.get(f"/instances/{iid}/files/resumable", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_a_resumable_upload_keeps_what_arrived_and_renames_only_a_whole_checked_file(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    """Issue 26, item 1: a large upload resumes after a dropped connection. What arrived stays in a partial file
+    beside the target; the rest is sent from exactly there; the file appears only whole and checked."""
+    c, iid = renter
+    data = os.urandom(3 << 20)
+    sha = hashlib.sha256(data).hexdigest()
+    params: dict[str, object] = {"path": "models/big.bin", "sha256": sha, "length": len(data)}
+    url = f"/instances/{iid}/files/resumable"
+    assert _state(c, iid, params)["received"] == 0
+    first = c.put(url, params={**params, "offset": 0}, content=data[: 1 << 20])  # then the connection "dropped"
+    assert first.status_code == 200 and first.json()["received"] == 1 << 20 and not first.json()["done"]
+    assert c.get(f"/instances/{iid}/files/stat", params={"path": "models/big.bin"}).status_code == 404  # not yet
+    assert _state(c, iid, params)["received"] == 1 << 20
+    wrong = c.put(url, params={**params, "offset": 5}, content=data[5:])
+    assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "upload_offset_mismatch"
+    assert f"send from byte {1 << 20}" in wrong.json()["error"]["message"]
+
+    def drops() -> Iterator[bytes]:  # a real drop: half a MiB goes out, then the client is gone
+        yield data[1 << 20 : (1 << 20) + (1 << 19)]
+        raise ConnectionResetError("the train's Wi-Fi")
+
+    with pytest.raises((ConnectionResetError, httpx.TransportError)):
+        c.put(url, params={**params, "offset": 1 << 20}, content=drops())
+    # The server may still be writing what it received of the dropped request: the next attempt waits for that
+    # writer (the partial's lock), and an offset it overtook answers 409 with where to send from, as in a client.
+    for _ in range(10):
+        got = int(_state(c, iid, params)["received"])
+        assert (1 << 20) <= got <= (1 << 20) + (1 << 19)  # a prefix of what was sent, never more
+        done = c.put(url, params={**params, "offset": got}, content=data[got:])
+        if done.status_code != 409 or done.json()["error"]["code"] != "upload_offset_mismatch":
+            break
+    assert done.status_code == 200 and done.json() == {**params, "received": len(data), "done": True}, done.text
+    assert c.get(f"/instances/{iid}/files", params={"path": "models/big.bin"}).content == data
+    st = c.get(f"/instances/{iid}/files/stat", params={"path": "models/big.bin", "sha256": "true"}).json()
+    assert (st["kind"], st["bytes"], st["sha256"]) == ("file", len(data), sha)
+    assert st["free_bytes"] is None or st["free_bytes"] > 0
+    listing = [e["name"] for e in c.get(f"/instances/{iid}/entries", params={"path": "models"}).json()]
+    assert listing == ["big.bin"]  # no partial file left behind
+
+
+def test_a_resumable_upload_refuses_a_bad_checksum_too_many_bytes_no_room_and_strangers(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    c, iid = renter
+    url = f"/instances/{iid}/files/resumable"
+    data = b"checkpoint" * 1000
+    lie = {"path": "a.bin", "sha256": hashlib.sha256(b"other").hexdigest(), "length": len(data)}
+    bad = c.put(url, params={**lie, "offset": 0}, content=data)
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "checksum_mismatch", bad.text
+    assert _state(c, iid, lie)["received"] == 0  # the partial was removed
+    assert c.get(f"/instances/{iid}/files/stat", params={"path": "a.bin"}).status_code == 404  # nothing replaced
+    short = {"path": "b.bin", "sha256": hashlib.sha256(data[:10]).hexdigest(), "length": 10}
+    long = c.put(url, params={**short, "offset": 0}, content=data)
+    assert long.status_code == 422 and long.json()["error"]["code"] == "upload_too_long"
+    assert _state(c, iid, short)["received"] == 0
+    past = c.put(url, params={**short, "offset": 11}, content=b"")
+    assert past.status_code == 422 and past.json()["error"]["code"] == "invalid_offset"
+    free = c.get(f"/instances/{iid}/files/stat", params={"path": "."}).json()["free_bytes"]
+    huge = {"path": "c.bin", "sha256": "0" * 64, "length": (free or 1 << 40) + (1 << 20)}
+    full = c.put(url, params={**huge, "offset": 0}, content=b"x")
+    assert full.status_code == 409 and full.json()["error"]["code"] == "disk_limit"
+    with sbx.new_user("eve") as eve:
+        for r in (
+            eve.get(url, params=short),
+            eve.put(url, params={**short, "offset": 0}, content=data[:10]),
+            eve.get(f"/instances/{iid}/files/stat", params={"path": "."}),
+        ):
+            assert r.status_code == 404 and r.json()["error"]["code"] == "instance_not_found", r.text

@@ -50,6 +50,8 @@ def test_files_move_in_and_out_of_a_stopped_rental_without_gpus_or_billing(
     assert json.loads(up.stdout)["sha256_verified"] is True
     down = cp(sbx, c, f"{iid}:note", str(tmp_path / "note"))
     assert down.returncode == 0, down.stderr
+    resumable = cp(sbx, c, "--resumable", "--json", str(tmp_path / "up" / "data.bin"), f"{iid}:inputs/again.bin")
+    assert resumable.returncode == 0 and json.loads(resumable.stdout)["sha256_verified"], resumable.stderr
     assert (tmp_path / "note").read_text() == "kept\n"
     got = c.get(f"/instances/{iid}/files", params={"path": "inputs/data.bin"})
     assert got.status_code == 200 and got.content == (tmp_path / "up" / "data.bin").read_bytes()

@@ -68,6 +68,9 @@ FAKE_IDS = {
 # Path parameters that name no object, with a valid value: the refusal must be about the object.
 NOT_IDS = {"port": "8888"}
 # Sample values for request-body fields, by field name; anything else gets a value from its type.
+# Required query parameters: "1", or what the route's pattern takes (a refused query would make its 404 prove
+# nothing).
+SAMPLE_QUERY = {"sha256": "0" * 64}
 SAMPLE_FIELDS: dict[str, Any] = {
     "password": "intruder-password-1",
     "new": "intruder-password-1",
@@ -427,7 +430,7 @@ def call(client: httpx.Client, route: RouteInfo, values: dict[str, str]) -> http
     path = route.path
     for name in route.path_params:
         path = re.sub(r"\{" + name + r"(:\w+)?\}", values[name], path)
-    params = {q: "1" for q in route.query_required}
+    params = {q: SAMPLE_QUERY.get(q, "1") for q in route.query_required}
     body = minimal_body(route.body_model) if route.body_model is not None else None
     url = client.base_url.copy_with(path=path)  # /api/v1/… and the root's /metrics alike
     return client.request(route.method, url, json=body, params=params)

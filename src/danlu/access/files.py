@@ -25,7 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from danlu.access import sessions
-from danlu.access.filescripts import ABORT, DOWNLOAD, FINISH, LISTING, UPLOAD
+from danlu.access.filescripts import (
+    ABORT,
+    DOWNLOAD,
+    FINISH,
+    LISTING,
+    PART_APPEND,
+    PART_FINISH,
+    PART_SIZE,
+    STAT,
+    UPLOAD,
+)
 from danlu.access.service import Target
 from danlu.access.transfer import Transfers, files_target
 from danlu.backend import Backend, EnterError
@@ -186,13 +196,8 @@ class Upload:
         code, raw, err = _collect(self.sp)
         out = raw.decode(errors="replace").removesuffix("\n").split("\n")
         if code != 0 or len(out) < 2:
-            # ENOSPC (the kernel's limit), EDQUOT, EFBIG (RLIMIT_FSIZE: one file past the limit)
-            if any(s in err for s in ("No space left", "Disk quota", "File too large", "File size limit")):
-                raise Conflict(
-                    "disk_limit",
-                    f"{self.path} does not fit in {self.t.instance_id}'s workspace (its disk limit); "
-                    "remove files or start it on more GPUs for more disk",
-                )
+            if _disk_full(err):
+                raise _too_large(self.t, self.path)
             raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
         sandbox_sha, temp = out[0].strip(), "\n".join(out[1:])  # a folder's name may hold a newline
         ours = self.hash.hexdigest()
@@ -212,6 +217,131 @@ class Upload:
 
     def abandon(self) -> None:
         """The client went away mid-upload: the partial temporary file goes with the command."""
+        self.broken = True
+        try:
+            self.finish()
+        except (Conflict, InvalidInput):
+            pass
+
+
+def _disk_full(err: str) -> bool:
+    """ENOSPC (the kernel's limit), EDQUOT, EFBIG (RLIMIT_FSIZE: one file past the limit)."""
+    return any(s in err for s in ("No space left", "Disk quota", "File too large", "File size limit"))
+
+
+def _too_large(t: Target, path: str) -> Conflict:
+    return Conflict(
+        "disk_limit",
+        f"{path} does not fit in {t.instance_id}'s workspace (its disk limit); "
+        "remove files or start it on more GPUs for more disk",
+    )
+
+
+@dataclass(frozen=True)
+class Stat:
+    path: str
+    kind: str  # file | folder | link | other
+    bytes: int
+    sha256: str | None  # a file's, when asked for
+
+
+def stat(backend: Backend, t: Target, path: str, sha256: bool = False) -> Stat:
+    """What ``path`` is in the instance, as the renter sees it; with ``sha256`` a file's checksum (read whole)."""
+    code, out, err = _run(backend, t, STAT, check_path(path), "1" if sha256 else "0")
+    lines = out.decode(errors="replace").split("\n")
+    head = lines[0].split() if lines else []
+    if code != 0 or len(head) != 2 or not head[1].isdigit():
+        raise NotFound("file_not_found", f"{err or f'no such file or folder: {path}'} (in {t.instance_id})")
+    digest = lines[1].strip() if sha256 and head[0] == "file" and len(lines) > 1 else None
+    return Stat(path, head[0], int(head[1]), digest or None)
+
+
+# -- resumable uploads ----------------------------------------------------------------------------------------
+# A large file is uploaded into a partial file beside its target, named from the target's path and the whole
+# file's SHA-256 (which the client declares first): however often the connection drops, the client asks how much
+# arrived (``upload_state``) and sends the rest from there (``PartUpload``); the last byte in, the partial's
+# SHA-256 is taken in the sandbox and only a match is renamed into place. ``danlu cp`` uses it for large files.
+@dataclass(frozen=True)
+class UploadState:
+    path: str
+    sha256: str
+    length: int
+    received: int
+    done: bool
+
+
+def part_name(path: str, sha256: str) -> str:
+    return ".danlu-part-" + hashlib.sha256(f"{path}\0{sha256.lower()}".encode()).hexdigest()[:32]
+
+
+def upload_state(backend: Backend, t: Target, path: str, sha256: str, length: int) -> UploadState:
+    code, out, err = _run(backend, t, PART_SIZE, check_path(path), part_name(path, sha256))
+    size = out.decode(errors="replace").strip()
+    if code != 0 or not size.isdigit():
+        raise Conflict("upload_failed", f"could not read the upload of {path} so far: {err or f'exit {code}'}")
+    return UploadState(path, sha256.lower(), length, int(size), False)
+
+
+class PartUpload:
+    """The rest of a resumable upload from ``offset`` (exactly what has arrived: else 409
+    ``upload_offset_mismatch`` with the size to send from), appended chunk by chunk; ``finish`` renames the file
+    into place once all ``length`` bytes are there and their SHA-256 is the one declared."""
+
+    def __init__(self, backend: Backend, t: Target, path: str, sha256: str, length: int, offset: int) -> None:
+        self.backend, self.t, self.path = backend, t, check_path(path)
+        self.sha256, self.length, self.offset = sha256.lower(), length, offset
+        self.part = part_name(path, sha256)
+        self.sp = _start(backend, t, PART_APPEND, self.path, self.part, str(offset))
+        self.broken = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """False once the command stopped reading (the disk is full, the offset was not the partial's size)."""
+        view = memoryview(chunk)
+        try:
+            while view and not self.broken:
+                view = view[os.write(self.sp.stdin, view) :]
+        except OSError:  # EPIPE: it ended
+            self.broken = True
+        return not self.broken
+
+    def finish(self) -> UploadState:
+        code, raw, err = _collect(self.sp)
+        if code == 6:
+            raise Conflict("upload_in_progress", f"another attempt is still writing {self.path}: ask again shortly")
+        if code == 4:
+            have = err.strip().split("\n")[-1]
+            raise Conflict(
+                "upload_offset_mismatch",
+                f"{have} bytes of {self.path} have arrived, not {self.offset}: send from byte {have}",
+            )
+        if code != 0:
+            if _disk_full(err):
+                raise _too_large(self.t, self.path)
+            raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
+        received = int(raw.decode(errors="replace").strip() or 0)
+        if received > self.length:
+            _run(self.backend, self.t, ABORT, f"{os.path.dirname(self.path) or '.'}/{self.part}")
+            raise InvalidInput(
+                "upload_too_long",
+                f"{received} bytes arrived for {self.path}, declared as {self.length}: nothing was kept; send it again",
+            )
+        if received < self.length:
+            return UploadState(self.path, self.sha256, self.length, received, False)
+        code, raw, err = _run(self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256)
+        if code == 6:
+            raise Conflict("upload_in_progress", f"another attempt is still writing {self.path}: ask again shortly")
+        if code == 5:
+            raise InvalidInput(
+                "checksum_mismatch",
+                f"the upload of {self.path} arrived with SHA-256 {raw.decode(errors='replace').strip()}, declared as "
+                f"{self.sha256}; nothing was replaced and the partial upload was removed: send it again",
+            )
+        if code != 0:
+            raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
+        return UploadState(self.path, self.sha256, self.length, received, True)
+
+    def abandon(self) -> None:
+        """The client went away mid-upload: what arrived stays in the partial file, to resume from."""
         self.broken = True
         try:
             self.finish()

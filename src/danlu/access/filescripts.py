@@ -22,6 +22,29 @@ UPLOAD = (
     'sha256sum < "$t" | cut -c1-64 && printf "%s\\n" "$t"'
 )
 FINISH = 'mv -f -- "$1" "$2"'
+# What a path is: "KIND BYTES" (file, folder, link, other), then with $2 = 1 a file's SHA-256.
+STAT = (
+    'p=$1; if [ -d "$p" ]; then echo "folder 0"; elif [ -f "$p" ]; then echo "file $(stat -L -c %s -- "$p")"; '
+    '[ "$2" != 1 ] || sha256sum < "$p" | cut -c1-64; elif [ -L "$p" ]; then echo "link 0"; '
+    'elif [ -e "$p" ]; then echo "other 0"; else echo "no such file or folder: $p" >&2; exit 2; fi'
+)
+# A resumable upload of $1 collects in a partial file named $2 beside it: PART_SIZE says how much it holds;
+# PART_APPEND appends stdin when the client sends from exactly that many bytes ($3; else exit 4, the size on
+# stderr) and prints the new size; PART_FINISH renames it into place when its SHA-256 is $3 (else exit 5). Both
+# hold the partial's lock (flock): an attempt whose client is gone may still be writing what it received, and
+# the next one waits for it (up to a minute; else exit 6) before it reads the size.
+PART_SIZE = 't="$(dirname -- "$1")/$2"; if [ -f "$t" ]; then stat -c %s -- "$t"; else echo 0; fi'
+PART_APPEND = (
+    'p=$1; d=$(dirname -- "$p"); [ ! -d "$p" ] || { echo "$p is a folder" >&2; exit 2; }; '
+    'mkdir -p -- "$d" || exit 2; t="$d/$2"; exec 9>>"$t" || exit 3; flock -w 60 9 || exit 6; '
+    'have=$(stat -c %s -- "$t"); [ "$have" = "$3" ] || { echo "$have" >&2; exit 4; }; '
+    'cat >> "$t" || exit 3; stat -c %s -- "$t"'
+)
+PART_FINISH = (
+    't="$(dirname -- "$1")/$2"; exec 9>>"$t" || exit 2; flock -w 60 9 || exit 6; '
+    'h=$(sha256sum < "$t" | cut -c1-64) || exit 2; echo "$h"; '
+    '[ "$h" = "$3" ] || { rm -f -- "$t"; exit 5; }; mv -f -- "$t" "$1"'
+)
 ABORT = 'rm -f -- "$1"'
 LISTING = (
     'cd -- "$1" 2>/dev/null || { echo "no such folder: $1" >&2; exit 2; }; '
@@ -37,7 +60,10 @@ CP_HASHES = 'cd -- "$1" && find "$2" -type f -print0 | xargs -0 -r sha256sum -z 
 CP_UNPACK = 'mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner'
 CP_PACK = 'cd -- "$1" && exec tar -c -f - -- "$2"'
 
-ALL = frozenset({DOWNLOAD, UPLOAD, FINISH, ABORT, LISTING, CP_PROBE, CP_HASHES, CP_UNPACK, CP_PACK})
+ALL = frozenset(
+    {DOWNLOAD, UPLOAD, FINISH, ABORT, LISTING, STAT, PART_SIZE, PART_APPEND, PART_FINISH, CP_PROBE, CP_HASHES,
+     CP_UNPACK, CP_PACK}
+)  # fmt: skip
 
 
 def is_file_command(argv: list[str]) -> bool:

@@ -95,8 +95,8 @@ class BodyLimit:
     # through, never held here (danlu.access.proxy).
     EXEMPT = ("/p/", "/pa/")
     # An upload into a rental streams into its sandbox, bounded by its disk limit (danlu.access.files):
-    # the API's PUT …/files and the console's form. Only these two paths, matched exactly.
-    UPLOADS = re.compile(r"^(/api/v1)?/instances/[^/]+/files$")
+    # the API's PUT …/files and …/files/resumable, and the console's form. Only these paths, matched exactly.
+    UPLOADS = re.compile(r"^(/api/v1)?/instances/[^/]+/files(/resumable)?$")
 
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.app, self.max_bytes = app, max_bytes

@@ -64,6 +64,15 @@ class Client:
             return None
         return resp.json()
 
+    def send(self, method: str, path: str, **kw: Any) -> Any:
+        """The raw response, whatever its status; a dropped or refused connection raises httpx's error (for a
+        caller that retries: danlu.cli.resumable_copy)."""
+        return self._http.request(method, path, **kw)
+
+    def stream(self, method: str, path: str, **kw: Any) -> Any:
+        """``httpx.Client.stream``: the response as it arrives, in a ``with`` block."""
+        return self._http.stream(method, path, **kw)
+
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)
 

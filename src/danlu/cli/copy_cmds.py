@@ -7,8 +7,9 @@ checked end to end with SHA-256 (``sha256sum`` in the instance, hashlib here).
 
 Downloads are unpacked here with tarfile's ``data`` filter: an archive that the rental's (possibly hostile)
 code made cannot write outside the destination, through ``..``, an absolute name or a link; such members
-are skipped and named. Not yet: stopped instances (the workspace is kept, but only a running sandbox is
-entered), resuming a broken copy. The console's upload and download: danlu.access.files."""
+are skipped and named. A stopped rental's workspace is copied through its transfer sandbox (only the file
+commands run there). One large file goes over the HTTP files API instead, resumably (danlu.cli.resumable_copy).
+The console's upload and download: danlu.access.files."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import typer
 from danlu.access import filescripts, protocol
 from danlu.cli.client import Client
 from danlu.cli.output import console, err_console, fail, print_json
+from danlu.cli.resumable_copy import PART_SUFFIX, RESUMABLE_MIN, download_file, remote_stat, upload_file
 from danlu.cli.session_cmds import _connect, _frames, _status
 
 REMOTE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(.*)$")
@@ -295,9 +297,13 @@ def cp(
     src: str = typer.Argument(..., help="What to copy: a local path, or ID:PATH in a running instance."),
     dst: str = typer.Argument(..., help="Where to: ID:PATH (relative paths start at /workspace), or a local path."),
     progress: bool = typer.Option(None, "--progress/--no-progress", help="A progress bar (default: on a terminal)."),
+    resumable: bool = typer.Option(
+        False, "--resumable", help="Copy a single file so a broken copy resumes (automatic from 64 MiB)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a sentence."),
 ) -> None:
-    """Copy files and folders into or out of a running instance (recursive; every file checked with SHA-256)."""
+    """Copy files and folders into or out of a running or stopped instance (recursive; every file checked with
+    SHA-256). A single file of 64 MiB or more resumes after a dropped connection, or when run again."""
     (src_id, src_path), (dst_id, dst_path) = parse_spec(src), parse_spec(dst)
     if (src_id is None) == (dst_id is None):
         fail("one side is ID:PATH in an instance and the other a local path (use ./name for a local name with ':')",
@@ -305,15 +311,39 @@ def cp(
     show = sys.stderr.isatty() if progress is None else progress
     client = Client()
     if dst_id is not None:
-        out = upload(client, Path(src_path), dst_id, dst_path, show and not as_json)
+        local = Path(src_path)
+        if local.is_file() and not local.is_symlink() and (resumable or local.stat().st_size >= RESUMABLE_MIN):
+            advance, done = _progress(local.stat().st_size, show and not as_json)
+            try:
+                out = upload_file(client, dst_id, local, dst_path, advance)
+            finally:
+                done()
+        else:
+            out = upload(client, local, dst_id, dst_path, show and not as_json)
     else:
         assert src_id is not None
-        out = download(client, src_id, src_path, Path(dst_path), show and not as_json)
+        out = _download(client, src_id, src_path, Path(dst_path), resumable, show and not as_json)
     if as_json:
         print_json(out)
         return
     console.print(f"copied {out['files']} file(s), {out['bytes'] / MiB:.1f} MiB → {out['to']} (SHA-256 verified)",
                   markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def _download(client: Client, iid: str, remote: str, local: Path, resumable: bool, show: bool) -> dict[str, Any]:
+    """A single file of 64 MiB or more (any size with ``--resumable``, or where a partial copy waits) resumably;
+    anything else as a tar stream."""
+    there = remote_stat(client, iid, remote)
+    if there is not None and there["kind"] == "file":
+        dest = local / os.path.basename(remote.rstrip("/")) if local.is_dir() else local
+        partial = dest.with_name(dest.name + PART_SUFFIX).exists()
+        if resumable or partial or there["bytes"] >= RESUMABLE_MIN:
+            advance, done = _progress(there["bytes"], show)
+            try:
+                return download_file(client, iid, remote, there["bytes"], local, advance)
+            finally:
+                done()
+    return download(client, iid, remote, local, show)
 
 
 def register(app: typer.Typer) -> None:

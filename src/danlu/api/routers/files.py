@@ -18,7 +18,7 @@ from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import InstanceIdPath, errors
 from danlu.context import Platform
-from danlu.core.errors import RangeNotSatisfiable
+from danlu.core.errors import InvalidInput, RangeNotSatisfiable
 
 router = APIRouter(tags=["files"], responses=errors(401))
 list_router = APIRouter(route_class=ListRoute, tags=["files"], responses=errors(401))
@@ -178,6 +178,100 @@ async def upload(
             await run_in_threadpool(up.abandon)
             raise
         return FileOut.model_validate(await run_in_threadpool(up.finish, x_content_sha256))
+    finally:
+        registry.leave(t.instance_id)
+
+
+class StatOut(BaseModel):
+    path: str
+    kind: str = Field(description="file, folder, link or other (as the instance sees it: a link is followed)")
+    bytes: int = Field(description="a file's size; 0 for the others")
+    sha256: str | None = Field(description="a file's SHA-256 when asked for (sha256=true), else null")
+    free_bytes: int | None = Field(description="what the workspace can still take (its disk limit); null: no limit")
+
+
+@router.get("/instances/{instance_id}/files/stat", response_model=StatOut, responses=errors(400, 404, 409))
+def file_stat(
+    instance_id: InstanceIdPath,
+    path: PathQuery,
+    p: PlatformDep,
+    user: CurrentUser,
+    request: Request,
+    sha256: Annotated[bool, Query(description="also read the file whole for its SHA-256")] = False,
+) -> StatOut:
+    """What a path is in the instance (running or stopped), as you see it: kind, size, a file's SHA-256; and the
+    workspace's free space."""
+    with files.admitted(p, user, instance_id, request.app.state.sessions, request.app.state.transfers) as t:
+        st = files.stat(p.backend, t, path, sha256)
+    free = files.free_bytes(p, t.instance_id)
+    return StatOut(path=st.path, kind=st.kind, bytes=st.bytes, sha256=st.sha256, free_bytes=free)
+
+
+class UploadStateOut(BaseModel):
+    path: str
+    sha256: str = Field(description="the whole file's SHA-256, as declared")
+    length: int = Field(description="the whole file's size, as declared")
+    received: int = Field(description="bytes that have arrived: send the rest from here (offset)")
+    done: bool = Field(description="all arrived, checked and renamed into place")
+
+
+Sha256Query = Annotated[str, Query(pattern=SHA256, description="the whole file's SHA-256 (names the upload)")]
+LengthQuery = Annotated[int, Query(ge=0, le=1 << 50, description="the whole file's size in bytes")]
+
+
+@router.get("/instances/{instance_id}/files/resumable", response_model=UploadStateOut, responses=errors(400, 404, 409))
+def resumable_state(
+    instance_id: InstanceIdPath,
+    path: PathQuery,
+    sha256: Sha256Query,
+    length: LengthQuery,
+    p: PlatformDep,
+    user: CurrentUser,
+    request: Request,
+) -> UploadStateOut:
+    """How much of a resumable upload (this path, this whole-file SHA-256) has arrived: send from there."""
+    with files.admitted(p, user, instance_id, request.app.state.sessions, request.app.state.transfers) as t:
+        st = files.upload_state(p.backend, t, path, sha256, length)
+    return UploadStateOut(**vars(st))
+
+
+@router.put(
+    "/instances/{instance_id}/files/resumable",
+    response_model=UploadStateOut,
+    responses=errors(400, 404, 409),
+    openapi_extra=UPLOAD_BODY | {"description": "the file's bytes from `offset` on (all or some of them)"},
+)
+async def resumable_upload(
+    instance_id: InstanceIdPath,
+    path: PathQuery,
+    sha256: Sha256Query,
+    length: LengthQuery,
+    p: PlatformDep,
+    user: CurrentUser,
+    request: Request,
+    offset: Annotated[int, Query(ge=0, le=1 << 50, description="where these bytes start: the `received` so far")] = 0,
+) -> UploadStateOut:
+    """Send the rest of a large file from ``offset`` (exactly what has arrived, else ``409
+    upload_offset_mismatch``); a dropped connection keeps what arrived. Once all ``length`` bytes are there,
+    their SHA-256 is taken in the instance and a match is renamed into place (``done``); a mismatch removes
+    the partial upload (``422 checksum_mismatch``). What is left to send is refused at once when it cannot fit
+    (``409 disk_limit``). Running or stopped instances, as any file request."""
+    files.check_path(path)
+    if offset > length:
+        raise InvalidInput("invalid_offset", f"offset {offset} is past the declared length {length}")
+    registry: Registry = request.app.state.sessions
+    t = await run_in_threadpool(files.open_target, p, user, instance_id, registry, request.app.state.transfers)
+    try:
+        await run_in_threadpool(files.refuse_if_too_large, p, t.instance_id, path, length - offset)
+        up = await run_in_threadpool(files.PartUpload, p.backend, t, path, sha256, length, offset)
+        try:
+            async for chunk in request.stream():
+                if chunk and not await run_in_threadpool(up.feed, chunk):
+                    break  # it stopped reading: finish says why
+        except BaseException:
+            await run_in_threadpool(up.abandon)
+            raise
+        return UploadStateOut(**vars(await run_in_threadpool(up.finish)))
     finally:
         registry.leave(t.instance_id)
 

@@ -1,0 +1,194 @@
+"""``danlu cp`` of one large file, resumable (issue 26, item 1; docs/access.md "Files"): over the HTTP files API
+rather than a tar stream, so that a dropped connection costs only what was in flight.
+
+* **Up**: the file's SHA-256 is taken here first; the server keeps what arrived in a partial file beside the
+  target, named from the path and that checksum (``GET …/files/resumable`` says how much); each attempt sends
+  the rest from there (``PUT …/files/resumable?offset=N``), and the server renames the partial into place only
+  once all bytes are there and its own SHA-256 of them matches.
+* **Down**: the bytes collect in ``NAME.danlu-part`` here; each attempt asks for the rest with ``Range``; at the
+  end the instance's SHA-256 of the file (``GET …/files/stat?sha256=true``) must match ours, else the partial is
+  removed and the command fails (the file changed meanwhile, or arrived corrupted).
+
+A dropped connection is retried at once, a few times, with a growing pause; after that, or after Ctrl-C, the
+same ``danlu cp`` resumes where it stopped (the partial files are kept for it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from danlu.cli.client import Client
+from danlu.cli.output import err_console, fail
+
+MiB = 1 << 20
+RESUMABLE_MIN = 64 * MiB  # single files from this size go this way (--resumable: any size)
+ATTEMPTS = 6
+CHUNK = MiB
+PART_SUFFIX = ".danlu-part"
+
+
+def _say(text: str) -> None:
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _refused(resp: Any) -> NoReturn:
+    try:
+        err = resp.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        fail(f"HTTP {resp.status_code}: {resp.text[:200]}", "copy_failed")
+    fail(err["message"], err["code"])
+
+
+def _error_code(resp: Any) -> str:
+    try:
+        return str(resp.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def _pause(attempt: int, exc: Exception) -> None:
+    _say(f"the connection dropped ({type(exc).__name__}); resuming (attempt {attempt + 2} of {ATTEMPTS})")
+    time.sleep(min(2**attempt, 10))
+
+
+def remote_stat(client: Client, iid: str, path: str, sha256: bool = False) -> dict[str, Any] | None:
+    """What ``path`` is in the instance (``kind``, ``bytes``, ``sha256``), or None where nothing is."""
+    resp = client.send("GET", f"/instances/{iid}/files/stat", params={"path": path, "sha256": sha256})
+    if resp.status_code == 404 and _error_code(resp) == "file_not_found":
+        return None
+    if resp.status_code != 200:
+        _refused(resp)
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+class _Sent:
+    """Advances the progress bar once per byte, however often an attempt resends the same bytes."""
+
+    def __init__(self, advance: Callable[[int], None]) -> None:
+        self.advance, self.counted = advance, 0
+
+    def at(self, position: int) -> None:
+        if position > self.counted:
+            self.advance(position - self.counted)
+            self.counted = position
+
+
+def _chunks(local: Path, start: int, sent: _Sent) -> Iterator[bytes]:
+    with open(local, "rb") as f:
+        f.seek(start)
+        position = start
+        while chunk := f.read(CHUNK):
+            position += len(chunk)
+            yield chunk
+            sent.at(position)
+
+
+def upload_file(client: Client, iid: str, local: Path, remote: str, advance: Callable[[int], None]) -> dict[str, Any]:
+    import httpx
+
+    size = local.stat().st_size
+    workspace = remote_stat(client, iid, ".")
+    free = workspace["free_bytes"] if workspace is not None else None
+    if free is not None and size > free:  # before reading it whole for its checksum
+        fail(f"{local} ({size / MiB:.1f} MiB) does not fit: {iid}'s workspace has {free / MiB:.1f} MiB free of its "
+             "disk limit; remove files there first or rent more GPUs for more disk", "disk_limit")  # fmt: skip
+    there = remote_stat(client, iid, remote)
+    if remote.endswith("/") or (there is not None and there["kind"] == "folder"):
+        remote = f"{remote.rstrip('/') or '/'}/{local.name}".replace("//", "/")
+    with open(local, "rb") as f:
+        sha = hashlib.file_digest(f, "sha256").hexdigest()
+    params: dict[str, Any] = {"path": remote, "sha256": sha, "length": size}
+    files, sent, resumed = f"/instances/{iid}/files/resumable", _Sent(advance), None
+    for attempt in range(ATTEMPTS):
+        try:
+            resp = client.send("GET", files, params=params)
+            if resp.status_code != 200:
+                _refused(resp)
+            received = int(resp.json()["received"])
+            if resumed is None:
+                resumed = received
+                if received:
+                    _say(f"resuming {iid}:{remote} at {received / MiB:.1f} of {size / MiB:.1f} MiB")
+            sent.at(received)
+            body = _chunks(local, received, sent)
+            resp = client.send("PUT", files, params={**params, "offset": received}, content=body)
+            if resp.status_code == 409 and _error_code(resp) == "upload_offset_mismatch":
+                continue  # another attempt's bytes arrived meanwhile: ask again
+            if resp.status_code != 200:
+                _refused(resp)
+            if resp.json()["done"]:
+                return {"files": 1, "bytes": size, "to": f"{iid}:{remote}", "sha256_verified": True,
+                        "resumed_from": resumed}  # fmt: skip
+        except httpx.TransportError as exc:
+            if attempt + 1 < ATTEMPTS:
+                _pause(attempt, exc)
+    fail(f"the upload of {local} did not finish after {ATTEMPTS} attempts; run the same command again to resume",
+         "copy_interrupted")  # fmt: skip
+
+
+def download_file(
+    client: Client, iid: str, remote: str, size: int, local: Path, advance: Callable[[int], None]
+) -> dict[str, Any]:
+    import httpx
+
+    dest = local / os.path.basename(remote.rstrip("/")) if local.is_dir() else local
+    if not dest.parent.is_dir():
+        fail(f"{dest.parent} is not a folder here", "invalid_copy")
+    part = dest.with_name(dest.name + PART_SUFFIX)
+    sent, resumed = _Sent(advance), None
+    for attempt in range(ATTEMPTS):
+        have = part.stat().st_size if part.exists() else 0
+        if have > size:  # the file shrank since: start over
+            part.unlink()
+            have = 0
+        if resumed is None:
+            resumed = have
+            if have:
+                _say(f"resuming {dest} at {have / MiB:.1f} of {size / MiB:.1f} MiB")
+        sent.at(have)
+        try:
+            if have < size:
+                _fetch(client, iid, remote, part, have, sent)
+                continue  # check how much arrived
+        except httpx.TransportError as exc:
+            if attempt + 1 < ATTEMPTS:
+                _pause(attempt, exc)
+            continue
+        final = remote_stat(client, iid, remote, sha256=True)
+        with open(part, "rb") as f:
+            ours = hashlib.file_digest(f, "sha256").hexdigest()
+        if final is None or final["sha256"] != ours:
+            part.unlink()
+            fail(f"{iid}:{remote} changed while it was copied, or arrived corrupted (SHA-256 {ours} here, "
+                 f"{final['sha256'] if final else 'gone'} there); the partial copy was removed: copy again",
+                 "copy_corrupted")  # fmt: skip
+        os.replace(part, dest)
+        return {"files": 1, "bytes": size, "to": str(dest), "sha256_verified": True, "resumed_from": resumed}
+    fail(f"the download of {iid}:{remote} did not finish after {ATTEMPTS} attempts; run the same command again to "
+         "resume", "copy_interrupted")  # fmt: skip
+
+
+def _fetch(client: Client, iid: str, remote: str, part: Path, have: int, sent: _Sent) -> None:
+    """Append the file's bytes from ``have`` to ``part`` (an attempt: it may end early)."""
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with client.stream("GET", f"/instances/{iid}/files", params={"path": remote}, headers=headers) as resp:
+        if resp.status_code == 416:  # the file is shorter than what is here: start over
+            part.unlink(missing_ok=True)
+            return
+        if resp.status_code not in (200, 206):
+            resp.read()
+            _refused(resp)
+        if resp.headers.get("x-danlu-kind") != "file":
+            fail(f"{iid}:{remote} is no longer a file", "copy_failed")
+        position = have if resp.status_code == 206 else 0
+        with open(part, "ab" if position else "wb") as f:
+            for chunk in resp.iter_bytes(CHUNK):
+                f.write(chunk)
+                position += len(chunk)
+                sent.at(position)
