@@ -5,8 +5,9 @@ session_latency.build), served by uvicorn on a real port, one rental running ``s
 (``python -m danlu.cli.main cp``, a fresh process as a renter runs it) uploading a folder of one large random
 file into the rental and downloading it back, each with its SHA-256 check. The reference: the same folder
 through ``tar -c | tar -x`` on this host straight into a folder of the rental's workspace and back out (no HTTP,
-no WebSocket, no sandbox, no check) and a plain ``sha256sum`` of it, which our check also costs. Rounds
-interleaved.
+no WebSocket, no sandbox, no check) and a plain ``sha256sum`` of it, which our check also costs. Then one file
+resumably (``danlu cp --resumable``, over the HTTP files API: issue 26, item 1) against ``cp`` and ``sha256sum``
+of that file. Rounds interleaved.
 
     python benchmarks/file_copy.py [--mib 256] [--rounds 3] [--json]
 """
@@ -77,6 +78,20 @@ def main() -> int:
             ),
             "danlu cp down (CLI, sandbox, SHA-256 both ends)": lambda: timed(
                 ["sh", "-c", f'rm -rf {out} && exec "$@"', "x", *DANLU, "cp", f"{iid}:src", str(out)], env
+            ),
+            "reference: cp + sha256sum of one file into the workspace": lambda: timed(
+                [f"cp {src}/weights.bin {workspace}/ref/one.bin && sha256sum {workspace}/ref/one.bin >/dev/null"],
+                shell=True,
+            ),
+            "danlu cp --resumable up (one file over HTTP)": lambda: timed(
+                [*DANLU, "cp", "--resumable", f"{src}/weights.bin", f"{iid}:one.bin"], env
+            ),
+            "reference: cp + sha256sum of one file out of the workspace": lambda: timed(
+                [f"cp {workspace}/ref/one.bin {root}/one.bin && sha256sum {root}/one.bin >/dev/null"], shell=True
+            ),
+            "danlu cp --resumable down (one file over HTTP)": lambda: timed(
+                ["sh", "-c", f'rm -f {root}/one.bin && exec "$@"', "x", *DANLU, "cp", "--resumable", f"{iid}:one.bin",
+                 f"{root}/one.bin"], env
             ),
         }  # fmt: skip
         samples = {k: [] for k in variants}

@@ -141,7 +141,7 @@ def download_file(
     if not dest.parent.is_dir():
         fail(f"{dest.parent} is not a folder here", "invalid_copy")
     part = dest.with_name(dest.name + PART_SUFFIX)
-    sent, resumed = _Sent(advance), None
+    sent, resumed, digest = _Sent(advance), None, _Digest()
     for attempt in range(ATTEMPTS):
         have = part.stat().st_size if part.exists() else 0
         if have > size:  # the file shrank since: start over
@@ -152,17 +152,18 @@ def download_file(
             if have:
                 _say(f"resuming {dest} at {have / MiB:.1f} of {size / MiB:.1f} MiB")
         sent.at(have)
+        if digest.bytes != have:  # a partial from an earlier run (or attempt): its bytes first
+            digest = _Digest.of(part, have)
         try:
             if have < size:
-                _fetch(client, iid, remote, part, have, sent)
+                _fetch(client, iid, remote, part, have, sent, digest)
                 continue  # check how much arrived
         except httpx.TransportError as exc:
             if attempt + 1 < ATTEMPTS:
                 _pause(attempt, exc)
             continue
         final = remote_stat(client, iid, remote, sha256=True)
-        with open(part, "rb") as f:
-            ours = hashlib.file_digest(f, "sha256").hexdigest()
+        ours = digest.h.hexdigest()
         if final is None or final["sha256"] != ours:
             part.unlink()
             fail(f"{iid}:{remote} changed while it was copied, or arrived corrupted (SHA-256 {ours} here, "
@@ -174,7 +175,30 @@ def download_file(
          "resume", "copy_interrupted")  # fmt: skip
 
 
-def _fetch(client: Client, iid: str, remote: str, part: Path, have: int, sent: _Sent) -> None:
+class _Digest:
+    """The SHA-256 of what ``part`` holds, taken as it is written (the file is not read again at the end)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.h, self.bytes = hashlib.sha256(), 0
+
+    @classmethod
+    def of(cls, part: Path, length: int) -> _Digest:
+        d = cls()
+        if length:
+            with open(part, "rb") as f:
+                while chunk := f.read(min(CHUNK, length - d.bytes)):
+                    d.add(chunk)
+        return d
+
+    def add(self, chunk: bytes) -> None:
+        self.h.update(chunk)
+        self.bytes += len(chunk)
+
+
+def _fetch(client: Client, iid: str, remote: str, part: Path, have: int, sent: _Sent, digest: _Digest) -> None:
     """Append the file's bytes from ``have`` to ``part`` (an attempt: it may end early)."""
     headers = {"Range": f"bytes={have}-"} if have else {}
     with client.stream("GET", f"/instances/{iid}/files", params={"path": remote}, headers=headers) as resp:
@@ -187,8 +211,11 @@ def _fetch(client: Client, iid: str, remote: str, part: Path, have: int, sent: _
         if resp.headers.get("x-danlu-kind") != "file":
             fail(f"{iid}:{remote} is no longer a file", "copy_failed")
         position = have if resp.status_code == 206 else 0
+        if position != digest.bytes:  # the whole file came back: start the digest over
+            digest.reset()
         with open(part, "ab" if position else "wb") as f:
             for chunk in resp.iter_bytes(CHUNK):
                 f.write(chunk)
+                digest.add(chunk)
                 position += len(chunk)
                 sent.at(position)
