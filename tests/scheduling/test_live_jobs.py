@@ -17,6 +17,7 @@ from danlu.billing import service as billing
 from danlu.compute.reconcile import reconcile
 from danlu.context import Platform
 from danlu.core.clock import SystemClock
+from danlu.core.errors import Conflict, NotFound
 from danlu.scheduling import jobs
 from danlu.scheduling.live import schedule_round
 from tests.conftest import LiveServer, make_platform, wait_for
@@ -155,6 +156,42 @@ def test_a_run_lost_with_its_node_is_retried_then_given_up(platform: Platform) -
         assert view.status == expected, view.status_reason
     assert "giving up" in jobs.show(p, user, job.id).status_reason
     assert schedule_round(p).started == []
+
+
+def test_a_pipeline_runs_each_job_after_the_one_before_it_succeeded(platform: Platform) -> None:
+    """Issue 26, item 6: ``danlu run --after JOB``. A job waits while the job it runs after has not succeeded,
+    even with GPUs free; starts once it has; is cancelled unrun (nothing billed) when it failed, and so in turn
+    are the jobs after it. Fake backend, both databases."""
+    p = platform
+    p.backend = executor = RecordingBackend()
+    billing.set_price(p, "T4", "3.60")
+    with p.db.write() as s:
+        user, _ = create_user(s, "pia", 0)
+        stranger, _ = create_user(s, "sid", 0)
+        s.expunge_all()
+    billing.admin_topup(p, "pia", "10.00", "seed")
+    prep = jobs.submit(p, user, ["prep"], gpu_types=["T4"])
+    train = jobs.submit(p, user, ["train"], gpu_types=["T4"], after=prep.id)
+    evaluate = jobs.submit(p, user, ["eval"], gpu_types=["T4"], after=train.id)
+    assert schedule_round(p).started == [prep.id]  # a T4 is free, but train waits for prep
+    assert jobs.show(p, user, train.id).waiting_for == prep.id
+    executor.die(executor.last(), code=0, at_ms=p.clock.now_ms())
+    reconcile(p)
+    assert schedule_round(p).started == [train.id]  # the round settles prep (succeeded), then starts train
+    assert jobs.show(p, user, prep.id).status == "succeeded"
+    assert jobs.show(p, user, train.id).waiting_for is None
+    executor.die(executor.last(), code=1, at_ms=p.clock.now_ms())
+    reconcile(p)
+    assert schedule_round(p).started == []
+    assert jobs.show(p, user, train.id).status == "failed"
+    cancelled = jobs.show(p, user, evaluate.id)
+    assert cancelled.status == "cancelled" and cancelled.attempts == 0 and cancelled.cost_minor == 0
+    assert cancelled.status_reason == f"not run: the job it runs after ({train.id}) failed"
+    with pytest.raises(Conflict) as refused:
+        jobs.submit(p, user, ["again"], gpu_types=["T4"], after=train.id)
+    assert refused.value.code == "dependency_failed"
+    with pytest.raises(NotFound):  # another renter's job is not there
+        jobs.submit(p, stranger, ["x"], gpu_types=["T4"], after=prep.id)
 
 
 def test_live_demotion_by_attained_service_resumes_from_the_checkpoint(

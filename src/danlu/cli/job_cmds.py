@@ -29,6 +29,11 @@ OPTIONAL = ("preemptions", "attempts", "priority")  # left out first to last on 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
+def _why(v: dict[str, Any]) -> str:
+    """The job's reason; while it waits for its ``--after`` job, that."""
+    return f"waits for {v['waiting_for']} to succeed" if v.get("waiting_for") else str(v["status_reason"])
+
+
 def gpu_kinds(client: Client) -> dict[str, bool]:
     """Each GPU model of this server and whether it is simulated (as `danlu offers` marks them)."""
     return {o["gpu_model"]: bool(o["simulated"]) for o in client.get("/offers")}
@@ -45,6 +50,7 @@ def _row(v: dict[str, Any], kinds: dict[str, bool]) -> dict[str, Any]:
         **v,
         "gpus_text": f"{v['gpus']}× {model}{' (sim)' if sim else ''}",
         "cost_text": f"{v['cost']} {v['currency']}",
+        "status_reason": _why(v),
     }
 
 
@@ -61,6 +67,9 @@ def run(
     env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for your command (repeatable)."),
     env_file: str = typer.Option(None, "--env-file", help="A file of NAME=VALUE lines for your command."),
     team: str = typer.Option(None, "--team", help="Pay from this team's balance (default: your default team)."),
+    after: str = typer.Option(
+        None, "--after", metavar="JOB", help="Run once this job has succeeded (cancelled unrun if it fails)."
+    ),
     idle_stop: str = IdleStopOpt,
     idle_threshold: str = IdleThresholdOpt,
     max_duration: str = MaxDurationOpt,
@@ -82,6 +91,7 @@ def run(
         "image": image,
         "env": parse_env(env, env_file),
         "team": team,
+        "after": after,
         **limits_body(idle_stop, idle_threshold, max_duration),
     }
     client = Client()
@@ -91,7 +101,7 @@ def run(
     if as_json:
         print_json(v)
     else:
-        console.print(f"{v['id']} {v['status']}: {v['status_reason']}")
+        console.print(f"{v['id']} {v['status']}: {_why(v)}")
 
 
 def _wait_until_placed(client: Client, v: dict[str, Any], *, quiet: bool) -> dict[str, Any]:

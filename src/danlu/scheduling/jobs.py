@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from danlu.accounts import teams
 from danlu.accounts.payers import currency
@@ -71,6 +71,8 @@ class JobView:
     first_start_ms: int | None
     end_ms: int | None
     deadline_ms: int | None
+    after: str | None = None  # runs once this job has succeeded (``--after``)
+    waiting_for: str | None = None  # ``after`` while it has not succeeded yet
 
 
 def transition(s: Session, job: Job, to: str, reason: str, now_ms: int) -> None:
@@ -116,8 +118,11 @@ def submit(
     env: dict[str, str] | None = None,
     team: str | None = None,
     limits: RunLimits | None = None,
+    after: str | None = None,
 ) -> JobView:
-    """Queue a job. Validates everything up front so a bad job never sits in the queue."""
+    """Queue a job. Validates everything up front so a bad job never sits in the queue. ``after``: a job the
+    renter may see, submitted before, that must succeed first (one that failed or was cancelled is refused: this
+    one would never run)."""
     check_may_run(p, user)
     if not command or not all(isinstance(c, str) and c for c in command[:1]):
         raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
@@ -145,6 +150,16 @@ def submit(
                 "gpu_quota_exceeded", f"this job needs {gpus} GPUs and your GPU quota is {quota}; ask for fewer"
             )
         _check_some_model_fits(s, types, gpus, interruptible)
+        if after is not None:
+            dep = _owned(s, user, after) if len(after) <= 32 else None
+            if dep is None:
+                raise NotFound("job_not_found", f"no job {after!r}; list yours with `danlu jobs`")
+            if dep.status in (FAILED, CANCELLED):
+                raise Conflict(
+                    "dependency_failed",
+                    f"job {after} {dep.status}: a job after it would never run; submit it without --after, or after "
+                    "a job that can still succeed",
+                )
         seq = (s.execute(select(func.max(Job.seq))).scalar_one() or 0) + 1
         job = Job(
             id=job_id,
@@ -170,6 +185,7 @@ def submit(
             idle_stop_s=limits.idle_stop_s,
             idle_threshold_pm=limits.idle_threshold_pm,
             max_duration_s=limits.max_duration_s,
+            after_job_id=after,
         )
         s.add(job)
         s.add(JobEvent(job_id=job_id, from_status="", to_status=QUEUED, reason="submitted", at_ms=now))
@@ -187,8 +203,11 @@ def _owned(s: Session, user: User, job_id: str, *, for_update: bool = False) -> 
     return job
 
 
-def _view(job: Job, allocs: list[AllocationRow], runs: list[Instance], cur: str, now_ms: int) -> JobView:
+def _view(
+    job: Job, allocs: list[AllocationRow], runs: list[Instance], cur: str, now_ms: int, succeeded: set[str]
+) -> JobView:
     names = {v: k for k, v in PRIORITIES.items()}
+    waiting = job.after_job_id if job.after_job_id is not None and job.after_job_id not in succeeded else None
     return JobView(
         id=job.id,
         status=job.status,
@@ -208,6 +227,8 @@ def _view(job: Job, allocs: list[AllocationRow], runs: list[Instance], cur: str,
         first_start_ms=job.first_start_ms,
         end_ms=job.end_ms,
         deadline_ms=job.deadline_ms,
+        after=job.after_job_id,
+        waiting_for=waiting if job.status == QUEUED else None,
     )
 
 
@@ -223,8 +244,10 @@ def _views(p: Platform, s: Session, jobs: list[Job]) -> list[JobView]:
         if owner:
             for a in s.scalars(select(AllocationRow).where(AllocationRow.instance_id.in_(list(owner)))):
                 allocs.setdefault(owner[a.instance_id], []).append(a)
+    afters = {j.after_job_id for j in jobs if j.after_job_id is not None}
+    succeeded = set(s.scalars(select(Job.id).where(Job.id.in_(afters), Job.status == SUCCEEDED))) if afters else set()
     cur, now = currency(s), p.clock.now_ms()
-    return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now) for j in jobs]
+    return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now, succeeded) for j in jobs]
 
 
 def show(p: Platform, user: User, job_id: str) -> JobView:
@@ -309,6 +332,26 @@ def settle_runs(p: Platform) -> int:
                 changed += 1
         terminate_runs(p, [handle])
     return changed
+
+
+def settle_dependencies(p: Platform) -> int:
+    """Queued jobs whose ``--after`` job failed or was cancelled will never run: each is cancelled, unrun and
+    unbilled, saying why (in turn the jobs after it, on the next round). Returns how many."""
+    with p.db.read() as s:
+        dep = aliased(Job)
+        rows = s.execute(
+            select(Job.id, dep.id, dep.status)
+            .join(dep, dep.id == Job.after_job_id)
+            .where(Job.status == QUEUED, dep.status.in_((FAILED, CANCELLED)))
+        ).all()
+    for job_id, dep_id, dep_status in rows:
+        with p.db.write() as s:
+            job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
+            if job is None or job.status != QUEUED:
+                continue
+            reason = f"not run: the job it runs after ({dep_id}) {dep_status}"
+            transition(s, job, CANCELLED, reason, p.clock.now_ms())
+    return len(rows)
 
 
 def on_run_finished(p: Platform, s: Session, job: Job, inst: Instance, now_ms: int) -> None:

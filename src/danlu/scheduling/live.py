@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from danlu.accounts.payers import currency
 from danlu.billing.pricing import Plan, PriceBook
@@ -77,8 +77,11 @@ def _queue(
     can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
     queue = []
     suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
+    waiting = set(_waiting_for_their_after_job(s))
     for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
         if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
+            continue
+        if job.id in waiting:  # ``--after`` a job that has not succeeded yet
             continue
         durations = _durations(job, models_here, prices, default_ms)
         if not durations:
@@ -100,6 +103,17 @@ def _queue(
             )
         )
     return queue
+
+
+def _waiting_for_their_after_job(s: Session) -> list[str]:
+    dep = aliased(Job)
+    return list(
+        s.scalars(
+            select(Job.id)
+            .join(dep, dep.id == Job.after_job_id)
+            .where(Job.status == jobsvc.QUEUED, dep.status != jobsvc.SUCCEEDED)
+        )
+    )
 
 
 def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tuple[int, str]], frozenset[str]]:
@@ -315,7 +329,7 @@ class LiveShell:
         self.rentals: frozenset[str] = frozenset()  # running items of the view that are rentals
 
     def settle(self, now_ms: int) -> int:
-        return jobsvc.settle_runs(self.p)
+        return jobsvc.settle_runs(self.p) + jobsvc.settle_dependencies(self.p)
 
     def view(self, now_ms: int) -> ClusterView | None:
         with self.p.db.read() as s:

@@ -78,6 +78,12 @@ class JobIn(RunLimitsIn):
     image: ImageName = "host"
     env: EnvVars = Field(default_factory=dict)
     team: TeamName | None = Field(None, description="Pay from this team's account (member or above)")
+    after: str | None = Field(
+        None,
+        max_length=32,
+        description="Run only once this job (yours, or your team's that you may see) has succeeded; if it fails or "
+        "is cancelled, this one is cancelled unrun (a pipeline: preprocess, then train, then evaluate)",
+    )
 
 
 class JobOut(BaseModel):
@@ -105,6 +111,8 @@ class JobOut(BaseModel):
         "may start a later job first when it fits free GPUs this one cannot use",
     )
     queued_jobs: int | None = Field(None, description="While queued: how many jobs are queued on the platform")
+    after: str | None = Field(None, description="The job this one runs after (`--after`)")
+    waiting_for: str | None = Field(None, description="While queued: `after`, until it has succeeded")
 
     @classmethod
     def of(cls, v: svc.JobView) -> JobOut:
@@ -127,6 +135,8 @@ class JobOut(BaseModel):
             started_at=iso(v.first_start_ms),
             ended_at=iso(v.end_ms),
             deadline=iso(v.deadline_ms),
+            after=v.after,
+            waiting_for=v.waiting_for,
         )
 
 
@@ -161,6 +171,7 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
         body.env,
         team=body.team,
         limits=resolve_limits(p.settings, body.idle_stop, body.idle_threshold, body.max_duration, job=True),
+        after=body.after,
     )
     loop = getattr(request.app.state, "loop", None)
     if loop is not None:

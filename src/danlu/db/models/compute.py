@@ -152,6 +152,9 @@ class Job(Base):
     idle_stop_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     idle_threshold_pm: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
     max_duration_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Waits in the queue until this job (the same renter's, submitted before it) has succeeded; cancelled
+    # unrun when it fails or is cancelled (``danlu run --after``; danlu.scheduling.jobs.settle_dependencies).
+    after_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class JobEvent(Base):
