@@ -6,8 +6,10 @@ any hashing."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
+import httpx
 import pytest
 
 from danlu.core.errors import TooManyAttempts
@@ -75,3 +77,32 @@ def test_wrong_api_tokens_are_throttled_per_address(live: LiveServer) -> None:
     assert r.json()["error"]["code"] == "too_many_attempts" and int(r.headers["retry-after"]) >= 1
     assert live.client("").get("/me").status_code == 401  # no token at all is not a guess
     del c
+
+
+def test_wrong_tokens_at_the_port_proxy_and_sessions_count_as_guesses_too(live: LiveServer) -> None:
+    """An attacker's pass (issue 28): the port proxy (``/p/``, ``/pa/``) and the session and tunnel WebSockets
+    checked tokens without counting the wrong ones: 40 guesses at /p/ were forty 401s, never a 429. They now
+    count against the address like the API's, each page, socket and link alike."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    live.platform.token_throttle.base_ms = 60_000  # a first wait that cannot run out during the test
+    answers = []
+    for i in range(22):
+        where = ("/p/i-0123456789/8888/", "/pa/i-0123456789/8888/x")[i % 2]
+        r = httpx.get(live.url + where, headers={"Authorization": f"Bearer dl_guess{i}"})
+        answers.append(r.status_code)
+    assert answers[:21] == [401] * 21 and answers[21] == 429, answers
+    assert int(r.headers["retry-after"]) >= 1 and r.json()["error"]["code"] == "too_many_attempts"
+    # the same address's API guess waits too (one count), and so does a session's socket
+    assert live.client("dl_another-guess").get("/me").status_code == 429
+    said = b""  # a session is accepted, then refused with a status frame saying why
+    url = f"ws://127.0.0.1:{live.port}/api/v1/instances/i-0123456789/exec?command=true"
+    with (
+        connect(url, additional_headers={"Authorization": "Bearer dl_guess-ws"}) as ws,
+        contextlib.suppress(ConnectionClosed),
+    ):
+        while True:
+            message = ws.recv(timeout=30)
+            said += message if isinstance(message, bytes) else message.encode()
+    assert b"too_many_attempts" in said, said

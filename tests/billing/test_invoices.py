@@ -198,6 +198,21 @@ APPEND_ONLY = [
     "TRUNCATE ledger_entries",
     "TRUNCATE usage_records",
     "TRUNCATE charges",
+    # An INSERT over an existing row: SQLite's REPLACE deleted the row in its way without its DELETE trigger
+    # (an attacker's pass with the sqlite3 shell, issue 28); an upsert, on both databases.
+    "INSERT OR REPLACE INTO ledger_entries (id, transaction_id, account_id, amount_minor) "
+    "SELECT id, transaction_id, account_id, 999999 FROM ledger_entries",
+    "REPLACE INTO ledger_transactions (id, idempotency_key, kind, memo, created_at_ms) "
+    "SELECT id, idempotency_key, kind, 'forged', created_at_ms FROM ledger_transactions",
+    "REPLACE INTO ledger_transactions (idempotency_key, kind, memo, created_at_ms) "
+    "SELECT idempotency_key, kind, 'forged', created_at_ms FROM ledger_transactions",  # a new id, the same key
+    "REPLACE INTO usage_records (allocation_id, start_ms, end_ms, amount_minor) "
+    "SELECT allocation_id, start_ms, end_ms, 0 FROM usage_records",  # on the final invoice, under a new id
+    "REPLACE INTO invoices (id, billing_account_id, period, status, number, currency, total_minor) "
+    "SELECT id, billing_account_id, period, 'draft', NULL, currency, 0 FROM invoices",
+    "INSERT INTO ledger_entries (id, transaction_id, account_id, amount_minor) "
+    "SELECT id, transaction_id, account_id, 999999 FROM ledger_entries WHERE true "
+    "ON CONFLICT (id) DO UPDATE SET amount_minor = excluded.amount_minor",
 ]
 
 
@@ -209,16 +224,24 @@ def test_the_ledger_and_final_usage_are_append_only_in_the_database(
     a final invoice, is refused by the database itself (a direct SQL session, not the app's code)."""
     if statement.startswith("TRUNCATE") and p.db.engine.dialect.name != "postgresql":
         pytest.skip("SQLite has no TRUNCATE (its DELETE FROM runs the row triggers, tested above)")
+    if "REPLACE" in statement and p.db.engine.dialect.name == "postgresql":
+        pytest.skip("PostgreSQL has no REPLACE (its upsert runs the UPDATE triggers, tested below)")
     ann = renter(p, "ann")
     use(p, fake_clock, ann, 30)
     fake_clock.set(FEB_DUE)
     assert invoices.finalize_due(p, fake_clock.now_ms()) == 1
     with p.db.read() as s:
         before = [s.scalar(select(func.count()).select_from(text(t))) for t in ("ledger_entries", "usage_records")]
+    with p.db.read() as s:
+        money = s.execute(text("SELECT id, amount_minor FROM ledger_entries ORDER BY id")).all()
+        books = s.execute(text("SELECT id, memo FROM ledger_transactions ORDER BY id")).all()
     with pytest.raises(DBAPIError, match=r"append-only|final"), p.db.write() as s:
         s.execute(text(statement))
     with p.db.read() as s:
         after = [s.scalar(select(func.count()).select_from(text(t))) for t in ("ledger_entries", "usage_records")]
+        assert s.execute(text("SELECT id, amount_minor FROM ledger_entries ORDER BY id")).all() == money
+        assert s.execute(text("SELECT id, memo FROM ledger_transactions ORDER BY id")).all() == books
+        assert s.execute(text("SELECT status FROM invoices")).scalars().all() == ["final"]
     assert after == before and all(before)
     total, _ = billing.ledger_totals(p)
     assert total == 0

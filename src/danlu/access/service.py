@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -41,6 +41,9 @@ class Credentials:
     ssh_key: str | None = None  # the SHA-256 fingerprint of the key an SSH client proved it holds
     link: str | None = None  # a port link's token (danlu.access.links): that one port of that instance
     port: int | None = None  # the port a link is presented for
+    # The client's address: wrong credentials from it are counted as the API counts wrong tokens (past 20, each
+    # try waits: 429), so the port proxy and sessions are no cheaper way to guess. Not part of the decision.
+    addr: str | None = field(default=None, compare=False)
 
     def key(self) -> str:
         """What the cache of decisions knows these credentials by (a hash: no token kept in clear)."""
@@ -69,6 +72,17 @@ def _check(inst_status: str, handle: str | None, instance_id: str) -> str:
 
 
 def _user(s: Session, p: Platform, cred: Credentials, object_id: str) -> User:
+    """Who ``cred`` is; wrong credentials are counted against the client's address (``cred.addr``)."""
+    guess = [f"addr:{cred.addr}"] if cred.addr and (cred.bearer or cred.cookie or cred.link) else []
+    p.token_throttle.check(guess, p.clock.now_ms())
+    try:
+        return _who(s, p, cred, object_id)
+    except Unauthorized:
+        p.token_throttle.failed(guess, p.clock.now_ms())
+        raise
+
+
+def _who(s: Session, p: Platform, cred: Credentials, object_id: str) -> User:
     if cred.link is not None:  # the person who made the link, for that instance and port only
         link = s.execute(select(PortLink).where(PortLink.token_hash == hash_token(cred.link))).scalar_one_or_none()
         if link is None or link.revoked_at_ms is not None or link.instance_id != object_id or link.port != cred.port:
@@ -166,7 +180,9 @@ def cached_target(p: Platform, cred: Credentials, kind: str, object_id: str) -> 
 
 
 def still_allowed(p: Platform, cred: Credentials, t: Target) -> DanluError | None:
-    """None while the caller may keep the session open, else why not (for its status frame)."""
+    """None while the caller may keep the session open, else why not (for its status frame). A re-check is
+    not a guess: a token revoked under an open session is not counted against its address."""
+    cred = replace(cred, addr=None)
     if t.transfer:  # a stopped rental's files: while it stays stopped and the caller may manage it
         try:
             with p.db.read() as s:

@@ -90,6 +90,10 @@ _CARRY_IPV4 = tuple(ipaddress.IPv6Network(n) for n in (
     "64:ff9b::/96",  # NAT64 well-known prefix (RFC 6052)
 ))  # fmt: skip
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # NAT64 local use (RFC 8215): never public
+# Where a public IPv6 address may be: global unicast (RFC 4291), or the NAT64 well-known prefix (its IPv4 judged).
+# Everything else is refused, whatever Python's is_global says of it (fec0::/10, the old site-local, and
+# 5f00::/16, reserved for SRv6 SIDs, were "public" to Python 3.11: an attacker's pass, issue 28).
+_PUBLIC_V6 = (ipaddress.IPv6Network("2000::/3"), ipaddress.IPv6Network("64:ff9b::/96"))
 
 
 def _inside(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
@@ -109,6 +113,8 @@ def forbidden_address(addresses: Iterable[str]) -> str | None:
         ip = ipaddress.ip_address(text.split("%", 1)[0])
         if isinstance(ip, ipaddress.IPv6Address):
             if ip in _NAT64_LOCAL:
+                return str(ip)
+            if ip.ipv4_mapped is None and not any(ip in net for net in _PUBLIC_V6):
                 return str(ip)
             for v4 in _inside(ip):
                 if not v4.is_global or v4.is_multicast:

@@ -95,8 +95,12 @@ def resolve_host(host: str, port: int) -> list[str]:
 def check_url(p: Platform, url: str, resolver: Callable[[str, int], list[str]] = resolve_host) -> list[str]:
     """The addresses ``url``'s host resolves to, all public (``--webhook-allow-private``: any); a
     clear ``invalid_webhook_url`` or ``webhook_address_not_allowed`` otherwise."""
-    parts = urlsplit(url)
-    if len(url) > MAX_URL or parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. a bracketed host that is no IPv6 address: http://[2001:0:8.8.8.8::]/
+        raise InvalidInput("invalid_webhook_url", "a webhook is an http:// or https:// URL with a valid host") from None
+    if len(url) > MAX_URL or parts.scheme not in ("http", "https") or not host:
         raise InvalidInput("invalid_webhook_url", "a webhook is an http:// or https:// URL with a host name")
     if parts.username or parts.password:
         raise InvalidInput("invalid_webhook_url", "put no user name or password in a webhook URL; it is signed")
@@ -105,7 +109,7 @@ def check_url(p: Platform, url: str, resolver: Callable[[str, int], list[str]] =
     except ValueError:
         raise InvalidInput("invalid_webhook_url", "the port of a webhook URL is a number up to 65535") from None
     try:
-        addresses = resolver(parts.hostname, port)
+        addresses = resolver(host, port)
     except OSError:
         raise InvalidInput("invalid_webhook_url", f"{parts.hostname} does not resolve from this server") from None
     if not addresses:

@@ -142,7 +142,9 @@ def proxy_credentials(conn: HTTPConnection, instance_id: str, port: int) -> serv
     token = conn.cookies.get(links.cookie_name(instance_id, port))
     if token is None and conn.scope["type"] == "http" and conn.scope["method"] in ("GET", "HEAD"):
         token = conn.query_params.get(links.PARAM)
-    return service.Credentials(link=token, port=port) if token else credentials(conn)
+    if token is None:
+        return credentials(conn)
+    return service.Credentials(link=token, port=port, addr=conn.client.host if conn.client is not None else None)
 
 
 async def _reach(p: Platform, cred: service.Credentials, instance_id: str, port_text: str) -> tuple[Any, socket.socket]:
@@ -179,7 +181,9 @@ async def proxy_http(scope: Scope, receive: Receive, send: Send) -> None:
             return
         t, sock = await _reach(p, cred, iid, params["port"])
     except DanluError as exc:
-        await JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)(scope, receive, send)
+        wait = exc.details.get("retry_after_s")
+        headers = {"Retry-After": str(wait)} if wait is not None else None
+        await JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status, headers=headers)(scope, receive, send)
         return
     # A page's polling (GET) is not a person: a notebook tab left open must not keep a rental alive.
     touch = _touch(p, t.instance_id) if request.method not in ("GET", "HEAD", "OPTIONS") else (lambda: None)

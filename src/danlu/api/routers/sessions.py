@@ -53,7 +53,8 @@ def credentials(conn: HTTPConnection) -> service.Credentials:
     """The bearer token, else the console's session cookie (a browser cannot set headers on an upgrade)."""
     scheme, _, value = conn.headers.get("authorization", "").partition(" ")
     bearer = (value.strip() or None) if scheme.lower() == "bearer" else None
-    return service.Credentials(bearer, None if bearer else conn.cookies.get(CONSOLE_COOKIE))
+    addr = conn.client.host if conn.client is not None else None
+    return service.Credentials(bearer, None if bearer else conn.cookies.get(CONSOLE_COOKIE), addr=addr)
 
 
 def same_origin(conn: HTTPConnection) -> bool:
