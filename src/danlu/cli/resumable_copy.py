@@ -58,7 +58,12 @@ def _pause(attempt: int, exc: Exception) -> None:
 
 def remote_stat(client: Client, iid: str, path: str, sha256: bool = False) -> dict[str, Any] | None:
     """What ``path`` is in the instance (``kind``, ``bytes``, ``sha256``), or None where nothing is."""
-    resp = client.send("GET", f"/instances/{iid}/files/stat", params={"path": path, "sha256": sha256})
+    import httpx
+
+    try:
+        resp = client.send("GET", f"/instances/{iid}/files/stat", params={"path": path, "sha256": sha256})
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach the danlu server at {client.url} ({exc}); start it with `make run` or set DANLU_URL")
     if resp.status_code == 404 and _error_code(resp) == "file_not_found":
         return None
     if resp.status_code != 200:
