@@ -337,10 +337,8 @@ def test_a_run_ending_while_the_loop_works_is_never_billed_past_its_end(
         assert alloc.ended_at_ms == alloc.billed_until_ms == exit_at
 
 
-def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform, fake_clock: FakeClock) -> None:
-    """A newcomer's stopped 191 MiB workspace at 0.30/GB-month was charged 0.43 in 27 s (57 an hour): the
-    meter rated storage allocations per unit-*hour* (``allocation_rate`` dropped the storage rate's
-    seconds per unit), about 737,000 times the price. 1 GiB kept 30 days must cost exactly 0.30."""
+def _stopped_with_a_gib(p: Platform, fake_clock: FakeClock) -> tuple[User, str, int]:
+    """A renter's rental holding 1 GiB (sparse), stopped with storage at 3.00 per GB-month; its stop time."""
     from danlu.billing import storage
 
     storage.configure(p, price_gb_month="3.00", warn_after_s=366 * 86_400, release_after_s=366 * 86_400)
@@ -350,18 +348,27 @@ def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform
         workspace = Path(s.get(Instance, inst.id).workspace)  # type: ignore[union-attr]
     workspace.mkdir(parents=True, exist_ok=True)  # the recording backend makes none
     with open(workspace / "data", "wb") as f:
-        f.truncate(1 << 30)  # 1 GiB (sparse: its size is what is kept)
+        f.truncate(1 << 30)
     instances.stop(p, user, inst.id)
     executor = p.backend
     assert isinstance(executor, RecordingBackend)
-    executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms())
+    stopped_at = fake_clock.now_ms()
+    executor.die(executor.last(), code=0, at_ms=stopped_at)
+    return user, inst.id, stopped_at
+
+
+def test_a_stopped_workspace_is_billed_per_gb_month_not_per_mib_hour(p: Platform, fake_clock: FakeClock) -> None:
+    """A newcomer's stopped 191 MiB workspace at 0.30/GB-month was charged 0.43 in 27 s (57 an hour): the
+    meter rated storage allocations per unit-*hour* (``allocation_rate`` dropped the storage rate's
+    seconds per unit), about 737,000 times the price. 1 GiB kept 30 days must cost exactly 0.30."""
+    user, inst_id, _ = _stopped_with_a_gib(p, fake_clock)
     reconcile(p)
     compute_storage.measure_stored(p)  # the loop's storage phase, after the stop commits
-    before = show(p, user, inst.id)
+    before = show(p, user, inst_id)
     assert before.status == "stopped" and before.stopped_storage_per_day_minor == 10  # 3.00 / 30 days
     fake_clock.advance(seconds=30 * 86_400)
     meter_all(p)
-    after = show(p, user, inst.id)
+    after = show(p, user, inst_id)
     assert after.storage_cost_minor - before.storage_cost_minor == 300, (before, after)
 
 
@@ -384,26 +391,6 @@ def test_a_stop_with_free_storage_never_walks_the_workspace_in_its_write_transac
     executor.die(executor.last(), code=0, at_ms=fake_clock.now_ms())
     reconcile(p)
     assert show(p, user, inst.id).status == "stopped"
-
-
-def _stopped_with_a_gib(p: Platform, fake_clock: FakeClock) -> tuple[User, str, int]:
-    """A renter's rental holding 1 GiB (sparse), stopped with storage at 3.00 per GB-month; its stop time."""
-    from danlu.billing import storage
-
-    storage.configure(p, price_gb_month="3.00", warn_after_s=366 * 86_400, release_after_s=366 * 86_400)
-    user = renter(p)
-    inst = instances.rent(p, user, "T4", 1, ["nb"])
-    with p.db.read() as s:
-        workspace = Path(s.get(Instance, inst.id).workspace)  # type: ignore[union-attr]
-    workspace.mkdir(parents=True, exist_ok=True)  # the recording backend makes none
-    with open(workspace / "data", "wb") as f:
-        f.truncate(1 << 30)
-    instances.stop(p, user, inst.id)
-    executor = p.backend
-    assert isinstance(executor, RecordingBackend)
-    stopped_at = fake_clock.now_ms()
-    executor.die(executor.last(), code=0, at_ms=stopped_at)
-    return user, inst.id, stopped_at
 
 
 def test_a_priced_stop_measures_the_workspace_after_commit_and_bills_it_from_the_stop(
