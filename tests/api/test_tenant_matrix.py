@@ -29,7 +29,8 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from danlu.api.deps import get_admin
+from danlu.accounts.policies import Policy
+from danlu.api.deps import route_policy
 from danlu.console.web import ConsoleRoute
 from danlu.core.clock import FakeClock
 from danlu.db.models import (
@@ -120,10 +121,6 @@ class RouteInfo:
         return f"{self.method} {self.path}"
 
 
-def _needs_admin(dependant: Any) -> bool:
-    return any(d.call is get_admin or _needs_admin(d) for d in dependant.dependencies)
-
-
 def route_table(app: FastAPI) -> list[RouteInfo]:
     """Every (method, path) the app serves, flattened through included routers."""
     out = []
@@ -147,7 +144,7 @@ def route_table(app: FastAPI) -> list[RouteInfo]:
                     path_params=tuple(p.name for p in route.dependant.path_params),
                     query_required=tuple(q.name for q in route.dependant.query_params if q.field_info.is_required()),
                     body_model=model,
-                    admin_only=_needs_admin(route.dependant),
+                    admin_only=route_policy(route.dependant) is Policy.OPERATOR,
                 )
             )
     return out

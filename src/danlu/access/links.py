@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from danlu.access.service import running_of
-from danlu.accounts import teams
+from danlu.accounts import policies
 from danlu.accounts.service import hash_token
 from danlu.compute import views
 from danlu.context import Platform
@@ -84,6 +84,6 @@ def _managed(p: Platform, user: User, instance_id: str) -> str:
     revoked after it stopped)."""
     with p.db.read() as s:
         inst = views.get_owned(s, user, instance_id)
-        if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
+        if not policies.may_manage(s, user, inst.user_id, inst.billing_account_id):
             raise Forbidden("team_role_required", "only the renter or the team's owners and admins manage its links")
         return inst.id

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from danlu.accounts import teams
+from danlu.accounts import policies
 from danlu.accounts.credentials import session_user
 from danlu.accounts.service import authenticate, hash_token
 from danlu.compute import views
@@ -106,7 +106,7 @@ def _who(s: Session, p: Platform, cred: Credentials, object_id: str) -> User:
 
 def check_manager(s: Session, user: User, inst: Instance) -> None:
     """Sessions and files are the renter's, or the team's owners' and admins', and nobody's while suspended."""
-    if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
+    if not policies.may_manage(s, user, inst.user_id, inst.billing_account_id):
         raise Forbidden(
             "team_role_required", "only the renter or the team's owners and admins can open a session into it"
         )
@@ -143,7 +143,7 @@ def job_target(p: Platform, cred: Credentials, job_id: str) -> tuple[User, Targe
     with p.db.read() as s:
         user = _user(s, p, cred, job_id)
         job = s.get(Job, job_id) if len(job_id) <= 32 else None
-        if job is None or not teams.may_see(s, user, job.user_id, job.billing_account_id):
+        if job is None or not policies.may_see(s, user, job.user_id, job.billing_account_id):
             raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
         inst = s.get(Instance, job.current_instance_id) if job.current_instance_id else None
         if inst is not None and inst.status == Status.PENDING:  # placed, its run still starting
@@ -227,7 +227,7 @@ def ports_of(p: Platform, user: User, instance_id: str) -> list[int]:
         inst = views.get_owned(s, user, instance_id)
         if inst.status != Status.RUNNING or inst.run_handle is None:
             return []
-        if not teams.may_manage(s, user, inst.user_id, inst.billing_account_id):
+        if not policies.may_manage(s, user, inst.user_id, inst.billing_account_id):
             return []
         handle: str = inst.run_handle
     return p.backend.listening(handle)

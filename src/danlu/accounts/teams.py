@@ -16,14 +16,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from danlu.accounts.payers import create_billing_account, currency, personal_account
+from danlu.accounts.policies import MANAGERS, ROLES, SPENDERS
 from danlu.accounts.service import NAME_RE, get_user_by_name
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from danlu.db.models import Account, BillingAccount, Event, Instance, Team, TeamMember, User
 
-ROLES = ("owner", "admin", "member", "viewer")
-SPENDERS = ("owner", "admin", "member")
-MANAGERS = ("owner", "admin")
 # An instance (or a job's run) in one of these still runs on its account: removing its renter from
 # the team leaves it running there.
 STILL_RUNNING = ("pending", "running", "stopping")
@@ -297,34 +295,6 @@ def resolve_payer(session: Session, user: User, team: str | None, *, spend: bool
 def payer_named(session: Session, user: User, team: str | None, *, spend: bool = False) -> int:
     """The caller's personal account when no team is named (not the default team), else ``team``'s."""
     return personal_account(session, user.id).id if team is None else resolve_payer(session, user, team, spend=spend)
-
-
-def role_on(session: Session, user: User, billing_account_id: int) -> str | None:
-    """The caller's role on a billing account: "owner" of their personal one, their team role,
-    or None (not theirs: its objects answer 404)."""
-    ba = session.get(BillingAccount, billing_account_id)
-    if ba is None:
-        return None
-    if ba.kind == "personal":
-        return "owner" if ba.user_id == user.id else None
-    return session.execute(
-        select(TeamMember.role)
-        .join(Team, Team.id == TeamMember.team_id)
-        .where(Team.billing_account_id == billing_account_id, TeamMember.user_id == user.id)
-    ).scalar_one_or_none()
-
-
-def may_see(session: Session, user: User, owner_id: int, billing_account_id: int) -> bool:
-    return owner_id == user.id or role_on(session, user, billing_account_id) is not None
-
-
-def may_manage(session: Session, user: User, owner_id: int, billing_account_id: int) -> bool:
-    """Stop or remove: the renter, or the team's managers. (Starting again spends: see may_spend.)"""
-    return owner_id == user.id or role_on(session, user, billing_account_id) in MANAGERS
-
-
-def may_spend(session: Session, user: User, billing_account_id: int) -> bool:
-    return role_on(session, user, billing_account_id) in SPENDERS
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from danlu.access.transfer import Transfers
 from danlu.accounts.payers import currency
 from danlu.advisor.plans import PlatformPlans, offpeak_window
 from danlu.api import errors
-from danlu.api.deps import BEARER_SCHEME, get_current_user
+from danlu.api.deps import BEARER_SCHEME, Public, get_current_user
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.api.routers import budgets as budgets_router
 from danlu.api.routers import credentials as credentials_router
@@ -128,13 +128,13 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     install_docs(app)
     install_openapi(app, platform)
 
-    @app.get("/healthz", response_model=HealthOut)
+    @app.get("/healthz", response_model=HealthOut, dependencies=[Public])
     def healthz() -> HealthOut:
         with platform.db.read() as s:
             s.connection().exec_driver_sql("SELECT 1")
         return HealthOut(status="ok", version=__version__)
 
-    @app.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
+    @app.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}}, dependencies=[Public])
     def readyz() -> JSONResponse:
         """200 when the database, the backend, the control loop and the sandbox all answer; else 503
         (danlu.telemetry.readiness)."""
@@ -163,14 +163,14 @@ def install_docs(app: FastAPI) -> None:
     fastapi-offline's, unchanged), and Swagger UI's validator badge, which sends the document's URL
     to validator.swagger.io, is off."""
 
-    @app.get(f"{ASSETS_URL}/redoc.standalone.js", include_in_schema=False)
+    @app.get(f"{ASSETS_URL}/redoc.standalone.js", include_in_schema=False, dependencies=[Public])
     async def redoc_bundle() -> Response:
         return Response(_redoc_js(), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
     app.mount(ASSETS_URL, StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
 
-    @app.get("/docs", include_in_schema=False)
+    @app.get("/docs", include_in_schema=False, dependencies=[Public])
     async def swagger_ui() -> HTMLResponse:
         return get_swagger_ui_html(
             openapi_url=openapi_url,
@@ -181,7 +181,7 @@ def install_docs(app: FastAPI) -> None:
             swagger_ui_parameters={"validatorUrl": None},
         )
 
-    @app.get("/redoc", include_in_schema=False)
+    @app.get("/redoc", include_in_schema=False, dependencies=[Public])
     async def redoc() -> HTMLResponse:
         return get_redoc_html(
             openapi_url=openapi_url,

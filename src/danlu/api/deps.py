@@ -10,6 +10,7 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.instrumentation import manager_of_class
 from starlette.concurrency import run_in_threadpool
 
+from danlu.accounts.policies import Policy
 from danlu.accounts.service import authenticate, hash_token
 from danlu.compute.views import CURRENT_USERS
 from danlu.context import Platform
@@ -85,3 +86,42 @@ async def get_admin(user: CurrentUser) -> User:
 
 
 AdminUser = Annotated[User, Depends(get_admin)]
+
+
+# -- route policies (danlu.accounts.policies) --------------------------------------------------------------------
+# A route's policy is what its dependencies ask: the admin token (OPERATOR), a person's token (PERSON), or one of
+# the declarations below for a route that authenticates no person through them. tests/api/test_policies.py fails
+# on a route that declares none, so a new route cannot be open by forgetting.
+def public() -> None:
+    """PUBLIC: a route anyone may call (health, readiness, documentation, the advisor's arithmetic)."""
+
+
+def by_connection() -> None:
+    """PERSON, checked on the connection: a socket's credentials (a bearer token, or the console's cookie a
+    browser sends with an upgrade) are checked by danlu.access.service when it opens, and again while it lasts."""
+
+
+def scraper() -> None:
+    """SCRAPER: /metrics, open to this machine or the operator's token (telemetry's metrics_reader)."""
+
+
+Public = Depends(public)
+ByConnection = Depends(by_connection)
+Scraper = Depends(scraper)
+_DECLARED = {public: Policy.PUBLIC, by_connection: Policy.PERSON, scraper: Policy.SCRAPER}
+
+
+def route_policy(dependant: Any) -> Policy | None:
+    """The one policy a route's dependencies declare, or None (none, or more than one)."""
+    calls: set[Any] = set()
+    stack = [dependant]
+    while stack:
+        for d in stack.pop().dependencies:
+            calls.add(d.call)
+            stack.append(d)
+    found = {policy for call, policy in _DECLARED.items() if call in calls}
+    if get_admin in calls:
+        found.add(Policy.OPERATOR)
+    elif get_current_user in calls:
+        found.add(Policy.PERSON)
+    return found.pop() if len(found) == 1 else None

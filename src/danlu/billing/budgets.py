@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from danlu.accounts import teams
+from danlu.accounts import policies, teams
 from danlu.accounts.payers import currency
 from danlu.accounts.service import get_user_by_name
 from danlu.billing.caps import spent_minor, zone
@@ -49,16 +49,16 @@ def _scope_for(s: Session, user: User, ba_id: int, member: str | None, instance:
         raise InvalidInput("invalid_budget_scope", "a budget is for the account, one --member or one --instance")
     if instance is not None:
         inst = s.get(Instance, instance) if len(instance) <= 32 else None
-        if inst is None or inst.billing_account_id != ba_id or not teams.may_see(s, user, inst.user_id, ba_id):
+        if inst is None or inst.billing_account_id != ba_id or not policies.may_see(s, user, inst.user_id, ba_id):
             raise NotFound("instance_not_found", f"no instance {instance!r} on this account; see `danlu ps`")
-        if not teams.may_manage(s, user, inst.user_id, ba_id):
+        if not policies.may_manage(s, user, inst.user_id, ba_id):
             raise Forbidden("team_role_required", "only the renter or the team's managers set this instance's budget")
         return f"instance:{instance}"
-    if teams.role_on(s, user, ba_id) not in teams.MANAGERS:
+    if policies.role_on(s, user, ba_id) not in policies.MANAGERS:
         raise Forbidden("team_role_required", "account and member budgets are set by the account's owners and admins")
     if member is not None:
         other = get_user_by_name(s, member)
-        if teams.role_on(s, other, ba_id) is None:
+        if policies.role_on(s, other, ba_id) is None:
             raise NotFound("member_not_found", f"{member} is not a member of this account")
         return f"member:{other.id}"
     return "account"
@@ -131,14 +131,14 @@ def list_budgets(p: Platform, user: User, team: str | None = None) -> list[Budge
 def remove_budget(p: Platform, user: User, budget_id: int, team: str | None = None) -> None:
     with p.db.write() as s:
         row = s.get(Budget, budget_id)
-        if row is None or teams.role_on(s, user, row.billing_account_id) is None:
+        if row is None or policies.role_on(s, user, row.billing_account_id) is None:
             raise NotFound("budget_not_found", f"no budget {budget_id}; see `danlu budget list`")
         kind, _, ref = row.scope.partition(":")
         inst = s.get(Instance, ref) if kind == "instance" else None
         allowed = (
-            teams.may_manage(s, user, inst.user_id, row.billing_account_id)
+            policies.may_manage(s, user, inst.user_id, row.billing_account_id)
             if inst is not None
-            else teams.role_on(s, user, row.billing_account_id) in teams.MANAGERS
+            else policies.role_on(s, user, row.billing_account_id) in policies.MANAGERS
         )
         if not allowed:
             raise Forbidden("team_role_required", "only the account's owners and admins remove this budget")

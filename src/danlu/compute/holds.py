@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from danlu.accounts import teams
+from danlu.accounts import policies, teams
 from danlu.accounts.payers import billing_account, currency, personal_account, top_up_hint, whose_balance
 from danlu.billing import commitments
 from danlu.billing.accounts import cash_account, lock_billing_account, post, system_account
@@ -170,7 +170,7 @@ def _view(s: Session, h: Hold) -> HoldView:
 
 def _visible(s: Session, user: User, hold_id: str, *, for_update: bool = False) -> Hold:
     h = s.get(Hold, hold_id, with_for_update=for_update, populate_existing=for_update)
-    if h is None or not teams.may_see(s, user, h.user_id, h.billing_account_id):
+    if h is None or not policies.may_see(s, user, h.user_id, h.billing_account_id):
         raise NotFound("hold_not_found", f"no hold {hold_id}; list yours with `danlu holds`")
     return h
 
@@ -417,8 +417,8 @@ def _cancellation(h: Hold, now_ms: int) -> commitments.Cancellation:
 def _check_may_cancel(s: Session, user: User, h: Hold, now_ms: int) -> None:
     """Cancelling stops what runs on the hold and moves money: its buyer, or the team's owners and
     admins (as stopping another member's instance needs), and never a viewer."""
-    spender = teams.may_spend(s, user, h.billing_account_id)
-    if not spender or not teams.may_manage(s, user, h.user_id, h.billing_account_id):
+    spender = policies.may_spend(s, user, h.billing_account_id)
+    if not spender or not policies.may_manage(s, user, h.user_id, h.billing_account_id):
         raise Forbidden("team_role_required", "only the hold's buyer or the team's owners and admins may cancel it")
     if h.state != HoldState.ACTIVE:
         raise Conflict("hold_not_active", f"hold {h.id} is {h.state}; there is nothing to cancel")

@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from danlu.accounts import teams
+from danlu.accounts import policies, teams
 from danlu.backend import LaunchError, RunSpec
 from danlu.billing.accounts import lock_billing_account
 from danlu.billing.metering import meter_account
@@ -343,7 +343,7 @@ def start(
     ensure_sandbox_uid(p, renter_id)
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
-        if not teams.may_spend(s, user, inst.billing_account_id):
+        if not policies.may_spend(s, user, inst.billing_account_id):
             raise Forbidden(
                 "team_role_required",
                 "starting this instance spends its team's money; that needs the role member or above",

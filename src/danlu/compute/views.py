@@ -20,7 +20,7 @@ from sqlalchemy import Engine, Pool, Select, bindparam, event, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from danlu.accounts import teams
+from danlu.accounts import policies, teams
 from danlu.accounts.payers import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.billing.rating import MS_PER_SECOND, billable_seconds
@@ -210,11 +210,11 @@ def get_owned(
         inst is None
         or (inst.status == Status.DESTROYED and not removed_too)
         or inst.job_id is not None
-        or not teams.may_see(session, user, inst.user_id, inst.billing_account_id)
+        or not policies.may_see(session, user, inst.user_id, inst.billing_account_id)
     ):
         # Another tenant's (or another team's) instance is indistinguishable from a missing one.
         raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
-    if for_update and not teams.may_manage(session, user, inst.user_id, inst.billing_account_id):
+    if for_update and not policies.may_manage(session, user, inst.user_id, inst.billing_account_id):
         raise Forbidden(
             "team_role_required", "only the renter or the team's owners and admins can change this instance"
         )

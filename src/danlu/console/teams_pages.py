@@ -14,6 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Path
 from fastapi.responses import Response
 
+from danlu.accounts import policies
 from danlu.accounts import teams as teams_svc
 from danlu.api.routers import teams as teams_api
 from danlu.api.schemas.accounts import BalanceOut
@@ -53,14 +54,14 @@ def teams(ctx: Page) -> Response:
     p, me = ctx.platform, ctx.me
     pages = []
     for t in teams_api.list_teams(p, me):
-        manages = t.role in teams_svc.MANAGERS
+        manages = t.role in policies.MANAGERS
         pages.append(
             TeamPage(
                 team=t,
                 balance=BalanceOut(**billing.balance(p, me, t.name).as_dict()),
                 running=teams_svc.running_by_member(p, me, t.name),
                 manages=manages,
-                roles=teams_svc.ROLES if t.role == "owner" else tuple(r for r in teams_svc.ROLES if r != "owner"),
+                roles=policies.ROLES if t.role == "owner" else tuple(r for r in policies.ROLES if r != "owner"),
             )
         )
     return ctx.render("teams.html", teams=pages, default_team=teams_svc.default_team(p, me))

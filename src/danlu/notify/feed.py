@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select
 
-from danlu.accounts.teams import MANAGERS
+from danlu.accounts.policies import MANAGERS
 from danlu.context import Platform
 from danlu.core.errors import InvalidInput
 from danlu.db.models import BillingAccount, Event, Team, TeamMember, User

@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
-from danlu.accounts import teams
+from danlu.accounts import policies, teams
 from danlu.accounts.payers import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.catalog.gpu_models import resolve_model
@@ -196,9 +196,9 @@ def submit(
 
 def _owned(s: Session, user: User, job_id: str, *, for_update: bool = False) -> Job:
     job = s.get(Job, job_id, with_for_update=for_update, populate_existing=for_update)
-    if job is None or not teams.may_see(s, user, job.user_id, job.billing_account_id):
+    if job is None or not policies.may_see(s, user, job.user_id, job.billing_account_id):
         raise NotFound("job_not_found", f"no job {job_id!r}; list yours with `danlu jobs`")
-    if for_update and not teams.may_manage(s, user, job.user_id, job.billing_account_id):
+    if for_update and not policies.may_manage(s, user, job.user_id, job.billing_account_id):
         raise Forbidden("team_role_required", "only the submitter or the team's owners and admins can change this job")
     return job
 

@@ -20,6 +20,7 @@ from danlu.advisor.deps import get_platform_offers, get_platform_plans
 from danlu.advisor.plan_recommender import UsageProfile
 from danlu.advisor.plans import PlatformOffer, PlatformPlans
 from danlu.advisor.workload import ADAPTERS, OPTIMIZERS, PRECISIONS, PRESETS, SHARDINGS, TASKS, build_workload
+from danlu.api.deps import Public
 from danlu.api.schemas.common import (
     GPU_MODEL_PATTERN,
     GPU_MODEL_TEXT,
@@ -35,7 +36,7 @@ from danlu.api.schemas.common import (
 from danlu.catalog.gpu_models import gpu_models
 from danlu.core.money import CURRENCY_EXPONENTS
 
-router = APIRouter(tags=["advisor"], responses=errors(401))
+router = APIRouter(tags=["advisor"], responses=errors(401), dependencies=[Public])
 # The advisor's numbers are bounded so every answer is finite (issue 8: tokens=1e30, hours=inf
 # answered 500); the bounds are far beyond any real workload.
 _FAMILIES = sorted({m[: i.start()] for m in gpu_models() for i in re.finditer("-", m)})

@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from danlu.access import links, protocol, proxy, service, sessions
 from danlu.accounts.credentials import CONSOLE_COOKIE
-from danlu.api.deps import CurrentUser, PlatformDep
+from danlu.api.deps import ByConnection, CurrentUser, PlatformDep
 from danlu.api.routers.sessions import credentials, same_origin
 from danlu.api.schemas.common import InstanceIdPath, errors
 from danlu.backend import EnterError
@@ -278,7 +278,7 @@ async def _deny(ws: WebSocket, exc: DanluError) -> None:
         await ws.close(code=protocol.close_code(exc), reason=exc.code or "")
 
 
-@router.websocket("/{instance_id}/ports/{port}/tunnel")
+@router.websocket("/{instance_id}/ports/{port}/tunnel", dependencies=[ByConnection])
 async def tunnel(ws: WebSocket, instance_id: str, port: str) -> None:
     """One TCP connection to PORT inside the instance, its bytes as binary frames both ways."""
     p: Platform = ws.app.state.platform

@@ -18,6 +18,7 @@ from starlette.requests import HTTPConnection
 
 from danlu.access import filescripts, protocol, relay, service, sessions, transfer
 from danlu.accounts.credentials import CONSOLE_COOKIE
+from danlu.api.deps import ByConnection
 from danlu.backend import EnterError
 from danlu.context import Platform
 from danlu.core import activity
@@ -85,12 +86,12 @@ async def _refuse(ws: WebSocket, error: DanluError) -> None:
         pass
 
 
-@router.websocket("/{instance_id}/exec")
+@router.websocket("/{instance_id}/exec", dependencies=[ByConnection])
 async def exec_session(ws: WebSocket, instance_id: str) -> None:
     await _session(ws, service.target, instance_id)
 
 
-@jobs_router.websocket("/{job_id}/exec")
+@jobs_router.websocket("/{job_id}/exec", dependencies=[ByConnection])
 async def job_exec_session(ws: WebSocket, job_id: str) -> None:
     """The same session into a running job's current run (``danlu job exec|shell``)."""
     await _session(ws, service.job_target, job_id)

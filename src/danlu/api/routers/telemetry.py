@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from danlu.api.deps import CurrentUser, PlatformDep, get_admin, get_current_user
+from danlu.api.deps import CurrentUser, PlatformDep, Scraper, get_admin, get_current_user
 from danlu.api.schemas.common import InstanceIdPath, errors, limited
 from danlu.compute import views
 from danlu.core.clock import iso
@@ -216,7 +216,7 @@ async def metrics_reader(request: Request) -> None:
     await get_admin(await get_current_user(request))
 
 
-@metrics_router.get("/metrics", response_class=Response, dependencies=[Depends(metrics_reader)])
+@metrics_router.get("/metrics", response_class=Response, dependencies=[Scraper, Depends(metrics_reader)])
 def prometheus(p: PlatformDep, request: Request) -> Response:
     """Prometheus text format: GPU and run utilisation per instance, fleet and money series, the
     build, the backend, and this process's HTTP requests. Open to the server's own machine; from
