@@ -103,6 +103,19 @@ def _check_some_model_fits(s: Session, types: list[str], gpus: int, interruptibl
         )
 
 
+def _check_after(s: Session, user: User, after: str) -> None:
+    """``--after``: a job the caller may see (else 404) that can still succeed (else 409: this one never would)."""
+    dep = _owned(s, user, after) if len(after) <= 32 else None
+    if dep is None:
+        raise NotFound("job_not_found", f"no job {after!r}; list yours with `danlu jobs`")
+    if dep.status in (FAILED, CANCELLED):
+        raise Conflict(
+            "dependency_failed",
+            f"job {after} {dep.status}: a job after it would never run; submit it without --after, or after a job "
+            "that can still succeed",
+        )
+
+
 def submit(
     p: Platform,
     user: User,
@@ -151,15 +164,7 @@ def submit(
             )
         _check_some_model_fits(s, types, gpus, interruptible)
         if after is not None:
-            dep = _owned(s, user, after) if len(after) <= 32 else None
-            if dep is None:
-                raise NotFound("job_not_found", f"no job {after!r}; list yours with `danlu jobs`")
-            if dep.status in (FAILED, CANCELLED):
-                raise Conflict(
-                    "dependency_failed",
-                    f"job {after} {dep.status}: a job after it would never run; submit it without --after, or after "
-                    "a job that can still succeed",
-                )
+            _check_after(s, user, after)
         seq = (s.execute(select(func.max(Job.seq))).scalar_one() or 0) + 1
         job = Job(
             id=job_id,
