@@ -133,9 +133,8 @@ def submit(
     limits: RunLimits | None = None,
     after: str | None = None,
 ) -> JobView:
-    """Queue a job. Validates everything up front so a bad job never sits in the queue. ``after``: a job the
-    renter may see, submitted before, that must succeed first (one that failed or was cancelled is refused: this
-    one would never run)."""
+    """Queue a job. Validates everything up front so a bad job never sits in the queue. ``after``: a job that
+    must succeed first (:func:`_check_after`)."""
     check_may_run(p, user)
     if not command or not all(isinstance(c, str) and c for c in command[:1]):
         raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
