@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -168,10 +169,54 @@ _TEMPLATE_LOCK = threading.Lock()
 _TEMPLATE: list[Path] = []
 
 
+_PG_TEMPLATE: list[tuple[str, str]] = []  # (the template schema's name, its pg_dump with rows as INSERTs)
+
+
+def _pg_from_migrated_template(db_url: str) -> None:
+    """A new, empty PostgreSQL schema gets the tables, triggers, functions and rows of one migrated once per test
+    process, replayed from its ``pg_dump`` (0.11 s; the 25 migrations took 0.49 s, several hundred times a run).
+    Where pg_dump is missing or fails, bootstrap migrates as before: this only saves time."""
+    marker = "search_path%3D"
+    if marker not in db_url or shutil.which("pg_dump") is None:
+        return
+    import psycopg
+
+    schema = db_url.rsplit(marker, 1)[1]
+    raw = PG_URL.replace("postgresql+psycopg", "postgresql")
+    with _TEMPLATE_LOCK:
+        if not _PG_TEMPLATE:
+            from danlu.db.engine import migrate
+
+            with fresh_pg_schema() as url:
+                db = open_database(url)
+                migrate(db)
+                db.engine.dispose()
+                name = url.rsplit(marker, 1)[1]
+                dump = subprocess.run(
+                    ["pg_dump", "--no-owner", "--no-privileges", "--inserts", "-n", name, raw],
+                    capture_output=True,
+                    text=True,
+                )
+            if dump.returncode != 0:
+                return
+            lines = dump.stdout.splitlines()  # psql's own commands (\restrict) and the schema's creation left out
+            script = "\n".join(x for x in lines if not x.startswith("\\") and x != f"CREATE SCHEMA {name};")
+            _PG_TEMPLATE.append((name, script))
+    name, script = _PG_TEMPLATE[0]
+    with psycopg.connect(raw, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s", (schema,)).fetchone():
+            return  # not a new schema
+        conn.execute(script.replace(name, schema).encode())
+
+
 def _from_migrated_template(db_url: str) -> None:
     """A new SQLite file starts as a copy of one migrated once per test process (bootstrap's
     migrate then finds it at head): 12 migrations cost about 0.3 s, several hundred times a run.
+    A new PostgreSQL schema, likewise (:func:`_pg_from_migrated_template`).
     Migrating from empty is still tested (tests/db, and every `danlu server` the CLI tests start)."""
+    if db_url.startswith("postgresql"):
+        _pg_from_migrated_template(db_url)
+        return
     prefix = "sqlite:///"
     if not db_url.startswith(prefix) or Path(db_url.removeprefix(prefix)).exists():
         return

@@ -45,7 +45,13 @@ from tests.console.helpers import set_password
 from tests.console.test_browser import _sign_in, chromium  # noqa: F401 - the browser
 from tests.sandbox.conftest import log_of, rent, sbx  # noqa: F401 - the sandboxed live server
 
-pytestmark = [pytest.mark.slow(seconds=90), pytest.mark.timeout(600)]
+# One database: JupyterLab, the port proxy and the browser do not touch it beyond a rental and a sign-in, which
+# tests/access/test_ports.py and the console's tests run on both (26 s saved of the suite's 20 minutes).
+pytestmark = [
+    pytest.mark.slow(seconds=90),
+    pytest.mark.timeout(600),
+    pytest.mark.parametrize("db_url", ["sqlite"], indirect=True),
+]
 PORT = 8888
 USER_SITE = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 LIMITS = {"memory_per_gpu_mb": 2048, "disk_per_gpu_mb": 1024, "pids_per_gpu": 512, "cpus_per_gpu": 2}
