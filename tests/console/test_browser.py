@@ -53,8 +53,11 @@ def site(tmp_path: Path) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def chromium() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # Every expectation waits for its evidence up to 30 s, not Playwright's 5 s: on a loaded CI machine a dropped
+    # file's upload and the page's reload took longer (test_files_browser, once); a passing check ends at once.
+    expect.set_options(timeout=30_000)
     exe = _chromium_or_skip()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
