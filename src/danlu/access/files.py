@@ -166,29 +166,49 @@ def download(backend: Backend, t: Target, path: str, offset: int = 0, length: in
     return Download(kind, base + (".tar" if kind == "folder" else ""), chunks(), close, size)
 
 
-class Upload:
-    """An upload under way: fed chunk by chunk (from the request body as it arrives), then finished."""
+class _Writing:
+    """A file command in the sandbox fed chunk by chunk on its stdin (from a request body as it arrives)."""
+
+    sp: sessions.SessionProcess
+    broken = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """False once the command stopped reading (the disk is full, the folder is not writable, …)."""
+        view = memoryview(chunk)
+        try:
+            while view and not self.broken:
+                view = view[os.write(self.sp.stdin, view) :]
+        except OSError:  # EPIPE: it ended
+            self.broken = True
+        return not self.broken
+
+    def finish(self) -> object:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """The client went away mid-upload: the command ends as ``finish`` ends it, its refusal unsaid."""
+        self.broken = True
+        try:
+            self.finish()
+        except (Conflict, InvalidInput):
+            pass
+
+
+class Upload(_Writing):
+    """An upload under way: fed chunk by chunk, then finished (on abandon its temporary file goes with it)."""
 
     def __init__(self, backend: Backend, t: Target, path: str) -> None:
         self.backend, self.t, self.path = backend, t, check_path(path)
         self.sp = _start(backend, t, UPLOAD, self.path)
         self.hash = hashlib.sha256()
         self.bytes = 0
-        self.broken = False
 
     def feed(self, chunk: bytes) -> bool:
-        """False once the command stopped reading (the disk is full, the folder is not writable)."""
         if self.broken or not chunk:
             return not self.broken
         self.hash.update(chunk)
         self.bytes += len(chunk)
-        view = memoryview(chunk)
-        try:
-            while view:
-                view = view[os.write(self.sp.stdin, view) :]
-        except OSError:  # EPIPE: it ended
-            self.broken = True
-        return not self.broken
+        return super().feed(chunk)
 
     def finish(self, expected_sha256: str | None = None) -> dict[str, object]:
         """Compare the checksums and rename it into place; raises (and removes the temporary file) when
@@ -214,14 +234,6 @@ class Upload:
             _run(self.backend, self.t, ABORT, temp)
             raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
         return {"path": self.path, "bytes": self.bytes, "sha256": ours}
-
-    def abandon(self) -> None:
-        """The client went away mid-upload: the partial temporary file goes with the command."""
-        self.broken = True
-        try:
-            self.finish()
-        except (Conflict, InvalidInput):
-            pass
 
 
 def _disk_full(err: str) -> bool:
@@ -282,27 +294,17 @@ def upload_state(backend: Backend, t: Target, path: str, sha256: str, length: in
     return UploadState(path, sha256.lower(), length, int(size), False)
 
 
-class PartUpload:
+class PartUpload(_Writing):
     """The rest of a resumable upload from ``offset`` (exactly what has arrived: else 409
     ``upload_offset_mismatch`` with the size to send from), appended chunk by chunk; ``finish`` renames the file
-    into place once all ``length`` bytes are there and their SHA-256 is the one declared."""
+    into place once all ``length`` bytes are there and their SHA-256 is the one declared. Abandoned, what arrived
+    stays in the partial file, to resume from."""
 
     def __init__(self, backend: Backend, t: Target, path: str, sha256: str, length: int, offset: int) -> None:
         self.backend, self.t, self.path = backend, t, check_path(path)
         self.sha256, self.length, self.offset = sha256.lower(), length, offset
         self.part = part_name(path, sha256)
         self.sp = _start(backend, t, PART_APPEND, self.path, self.part, str(offset))
-        self.broken = False
-
-    def feed(self, chunk: bytes) -> bool:
-        """False once the command stopped reading (the disk is full, the offset was not the partial's size)."""
-        view = memoryview(chunk)
-        try:
-            while view and not self.broken:
-                view = view[os.write(self.sp.stdin, view) :]
-        except OSError:  # EPIPE: it ended
-            self.broken = True
-        return not self.broken
 
     def finish(self) -> UploadState:
         code, raw, err = _collect(self.sp)
@@ -339,14 +341,6 @@ class PartUpload:
         if code != 0:
             raise Conflict("upload_failed", f"could not write {self.path}: {err or f'exit {code}'}")
         return UploadState(self.path, self.sha256, self.length, received, True)
-
-    def abandon(self) -> None:
-        """The client went away mid-upload: what arrived stays in the partial file, to resume from."""
-        self.broken = True
-        try:
-            self.finish()
-        except (Conflict, InvalidInput):
-            pass
 
 
 @dataclass(frozen=True)

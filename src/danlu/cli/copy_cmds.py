@@ -27,7 +27,7 @@ import typer
 from danlu.access import filescripts, protocol
 from danlu.cli.client import Client
 from danlu.cli.output import console, err_console, fail, print_json
-from danlu.cli.resumable_copy import PART_SUFFIX, RESUMABLE_MIN, download_file, remote_stat, upload_file
+from danlu.cli.resumable_copy import RESUMABLE_MIN, download_file, partial_waits, remote_stat, upload_file
 from danlu.cli.session_cmds import _connect, _frames, _status
 
 REMOTE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(.*)$")
@@ -334,15 +334,16 @@ def _download(client: Client, iid: str, remote: str, local: Path, resumable: boo
     """A single file of 64 MiB or more (any size with ``--resumable``, or where a partial copy waits) resumably;
     anything else as a tar stream."""
     there = remote_stat(client, iid, remote)
-    if there is not None and there["kind"] == "file":
-        dest = local / os.path.basename(remote.rstrip("/")) if local.is_dir() else local
-        partial = dest.with_name(dest.name + PART_SUFFIX).exists()
-        if resumable or partial or there["bytes"] >= RESUMABLE_MIN:
-            advance, done = _progress(there["bytes"], show)
-            try:
-                return download_file(client, iid, remote, there["bytes"], local, advance)
-            finally:
-                done()
+    if (
+        there is not None
+        and there["kind"] == "file"
+        and (resumable or partial_waits(remote, local) or there["bytes"] >= RESUMABLE_MIN)
+    ):
+        advance, done = _progress(there["bytes"], show)
+        try:
+            return download_file(client, iid, remote, there["bytes"], local, advance)
+        finally:
+            done()
     return download(client, iid, remote, local, show)
 
 

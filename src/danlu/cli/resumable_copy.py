@@ -98,12 +98,12 @@ def upload_file(client: Client, iid: str, local: Path, remote: str, advance: Cal
     import httpx
 
     size = local.stat().st_size
-    workspace = remote_stat(client, iid, ".")
+    there = remote_stat(client, iid, remote)  # what is there, and the workspace's free space (else ask the workspace)
+    workspace = there if there is not None else remote_stat(client, iid, ".")
     free = workspace["free_bytes"] if workspace is not None else None
     if free is not None and size > free:  # before reading it whole for its checksum
         fail(f"{local} ({size / MiB:.1f} MiB) does not fit: {iid}'s workspace has {free / MiB:.1f} MiB free of its "
              "disk limit; remove files there first or rent more GPUs for more disk", "disk_limit")  # fmt: skip
-    there = remote_stat(client, iid, remote)
     if remote.endswith("/") or (there is not None and there["kind"] == "folder"):
         remote = f"{remote.rstrip('/') or '/'}/{local.name}".replace("//", "/")
     with open(local, "rb") as f:
@@ -137,12 +137,23 @@ def upload_file(client: Client, iid: str, local: Path, remote: str, advance: Cal
          "copy_interrupted")  # fmt: skip
 
 
+def destination(remote: str, local: Path) -> Path:
+    """Where a downloaded file lands here: inside ``local`` when it is a folder, else ``local`` itself."""
+    return local / os.path.basename(remote.rstrip("/")) if local.is_dir() else local
+
+
+def partial_waits(remote: str, local: Path) -> bool:
+    """Whether a broken download of ``remote`` left its partial copy here."""
+    dest = destination(remote, local)
+    return dest.with_name(dest.name + PART_SUFFIX).exists()
+
+
 def download_file(
     client: Client, iid: str, remote: str, size: int, local: Path, advance: Callable[[int], None]
 ) -> dict[str, Any]:
     import httpx
 
-    dest = local / os.path.basename(remote.rstrip("/")) if local.is_dir() else local
+    dest = destination(remote, local)
     if not dest.parent.is_dir():
         fail(f"{dest.parent} is not a folder here", "invalid_copy")
     part = dest.with_name(dest.name + PART_SUFFIX)
