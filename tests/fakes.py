@@ -12,6 +12,7 @@ from danlu.compute.offers import Offer
 class RecordingBackend:
     name = "recording"
     starts_before_record = False
+    spans_hosts = False
 
     def __init__(self) -> None:
         self.launched: list[RunSpec] = []

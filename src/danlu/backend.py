@@ -88,6 +88,11 @@ class RunSpec:
     gpu_model: str = ""  # the catalog model of its GPUs ("" when it has none)
     gpu_count: int = 0
     interruptible: bool = False  # may be preempted (Slurm: its spot partition)
+    # A gang over several hosts (``spans_hosts`` backends): their names, the first where ``host`` is, and each
+    # one's own variables (its GPUs' CUDA_VISIBLE_DEVICES …); ``devices`` in the same order, the same count
+    # on each; ``limits`` are one node's. Empty: the run is on ``host`` alone.
+    nodes: tuple[str, ...] = ()
+    node_env: tuple[dict[str, str], ...] = ()
 
 
 def spec_to_json(spec: RunSpec) -> str:
@@ -107,6 +112,8 @@ def spec_from_json(text: str) -> RunSpec:
     data["devices"] = tuple(Device(**{**d, "host_path": Path(d["host_path"])}) for d in data["devices"])
     data["limits"] = Limits(**data["limits"]) if data["limits"] is not None else None
     data["image"] = ImageRoot(**{**data["image"], "path": Path(data["image"]["path"])})
+    data["nodes"] = tuple(data.get("nodes", ()))
+    data["node_env"] = tuple(data.get("node_env", ()))
     return RunSpec(**data)
 
 
@@ -204,6 +211,9 @@ class Backend(Protocol):
     # that dies in between leaves a pending row with no handle: the run is found by its id and
     # discarded, never billed).
     starts_before_record: bool
+    # True (Slurm): one run may be a gang over several hosts (``RunSpec.nodes``), all started and ended as
+    # one; False (local): a run is on one host, and a job needing more GPUs than a host has is refused.
+    spans_hosts: bool
 
     def launch(self, spec: RunSpec) -> str:
         """Prepare the run; returns its handle. The command does not start until :meth:`start`."""

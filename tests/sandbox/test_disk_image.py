@@ -130,6 +130,11 @@ def test_a_jobs_workspace_and_checkpoints_share_one_kernel_limit(kernel_limited:
         assert "workspace-ok" in out and "No space left on device" in out, out
         ckpt = int(out.split("checkpoints=")[1].split()[0])
         assert 24 <= ckpt <= 27, out  # 64 MiB in all: 38 MiB in the workspace, the rest in checkpoints
+    # Finished, the job's file system is unmounted (each held a loop device while the server ran), its files
+    # kept in its image; a server start mounts rentals' images only (a job's next run mounts its own)
+    folder = kernel_limited.platform.sandbox_root / "jobs" / jid
+    assert not os.path.ismount(folder) and volume.image_of(folder).stat().st_size > 0
+    assert volume.mount_all(kernel_limited.platform.sandbox_root) == 0 and not os.path.ismount(folder)
 
 
 def test_a_stopped_workspace_stays_readable_on_the_host_and_is_mounted_again_after_a_reboot(

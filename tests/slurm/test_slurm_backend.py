@@ -30,7 +30,7 @@ from danlu.compute.sandbox.probe import make_local_backend
 from danlu.context import Platform, Settings
 from danlu.core.clock import SystemClock
 from danlu.db.engine import open_database
-from danlu.db.models import AllocationRow, Instance
+from danlu.db.models import AllocationRow, Instance, User
 from danlu.server.bootstrap import bootstrap
 from tests.conftest import (
     WORKER_UIDS,
@@ -580,32 +580,124 @@ def _cmdlines() -> bytes:
     return out
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_cluster_of_two_nodes_offers_both_and_places_a_rental_on_each(
-    db_url: str, tmp_path: Path, slurm_conf: Path
-) -> None:
-    """Issue 28, finding 8: several nodes worked when added by hand, but neither `make slurm-dev` nor
-    docs/slurm.md said how. `make slurm-dev NODES=2` (DANLU_SLURM_NODES) starts dev0 and dev1, a slurmd
-    each; danlu offers both nodes' GPUs and places two 4-GPU rentals one per node. Last in the module: it
-    leaves the cluster as it found it (one node, restarted)."""
+@pytest.fixture(scope="module")
+def two_nodes(slurm_conf: Path) -> Iterator[Path]:
+    """`make slurm-dev NODES=2`: dev0 and dev1, a slurmd each, for the module's last tests; then one node
+    again (the script restarts the cluster when the node count changes), as the module found it."""
     two = {**os.environ, "DANLU_SLURM_NODES": "2"}
     try:
         done = subprocess.run(["bash", str(SCRIPT), "start"], env=two, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-1500:]
-        p, token = slurm_platform(db_url, tmp_path / "data", slurm_conf, tick_interval_s=0.2, meter_interval_s=1.0)
-        with LiveServer(p, token) as srv, srv.new_user("duo", "500.00") as c:
-            [a100] = [o for o in c.get("/offers").json() if o["gpu_model"] == "A100-80GB"]
-            assert (a100["total"], a100["free"]) == (8, 8)
-            rented = []
-            for _ in range(2):
-                r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 4, "command": ["sleep", "300"]})
-                assert r.status_code == 201 and r.json()["status"] == "running", r.text
-                rented.append(r.json()["id"])
-            assert {slurm_job(p, job_of(c, iid)).node for iid in rented} == {"dev0", "dev1"}
-            for iid in rented:
-                assert c.post(f"/instances/{iid}/stop").status_code == 200
-            for iid in rented:
-                wait_for(lambda iid=iid: c.get(f"/instances/{iid}").json()["status"] == "stopped", timeout=60)
-        p.db.engine.dispose()
+        yield slurm_conf
     finally:
-        dev("start")  # one node again (the script restarts the cluster when the node count changes)
+        dev("start")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_cluster_of_two_nodes_offers_both_and_places_a_rental_on_each(
+    db_url: str, tmp_path: Path, two_nodes: Path
+) -> None:
+    """Issue 28, finding 8: several nodes worked when added by hand, but neither `make slurm-dev` nor
+    docs/slurm.md said how. `make slurm-dev NODES=2` (DANLU_SLURM_NODES) starts dev0 and dev1, a slurmd
+    each; danlu offers both nodes' GPUs and places two 4-GPU rentals one per node."""
+    p, token = slurm_platform(db_url, tmp_path / "data", two_nodes, tick_interval_s=0.2, meter_interval_s=1.0)
+    with LiveServer(p, token) as srv, srv.new_user("duo", "500.00") as c:
+        [a100] = [o for o in c.get("/offers").json() if o["gpu_model"] == "A100-80GB"]
+        assert (a100["total"], a100["free"]) == (8, 8)
+        rented = []
+        for _ in range(2):
+            r = c.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 4, "command": ["sleep", "300"]})
+            assert r.status_code == 201 and r.json()["status"] == "running", r.text
+            rented.append(r.json()["id"])
+        assert {slurm_job(p, job_of(c, iid)).node for iid in rented} == {"dev0", "dev1"}
+        for iid in rented:
+            assert c.post(f"/instances/{iid}/stop").status_code == 200
+        for iid in rented:
+            wait_for(lambda iid=iid: c.get(f"/instances/{iid}").json()["status"] == "stopped", timeout=60)
+    p.db.engine.dispose()
+
+
+GANG_PROBE = (
+    'f="$DANLU_WORKSPACE/rank$NODE_RANK"; '
+    'echo "$NODE_RANK $NNODES $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $CUDA_VISIBLE_DEVICES" > "$f"; '
+    'echo "$PET_NNODES $PET_NODE_RANK $PET_NPROC_PER_NODE $PET_MASTER_ADDR $PET_MASTER_PORT" >> "$f"; '
+    'echo "$(id -u) $DANLU_WORKSPACE $DANLU_JOB_ID" >> "$f"; echo "rank $NODE_RANK ran"; sleep 3'
+)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_gang_of_eight_gpus_runs_over_both_nodes_as_one_slurm_job_billed_per_gpu(
+    db_url: str, tmp_path: Path, two_nodes: Path
+) -> None:
+    """Issue 30, item 1 live: a job for 8 GPUs on nodes of 4 is one Slurm allocation over dev0 and dev1
+    (``--nodes 2 --gres gpu:a100:4``), a sandboxed runner on each node; inside each sandbox the rendezvous
+    variables a distributed launcher reads (torch's env:// and torchrun's PET_ options) agree on the master
+    and differ by rank; billed = Slurm's elapsed seconds × 8 GPUs."""
+    p, token = slurm_platform(db_url, tmp_path / "data", two_nodes, tick_interval_s=0.2, meter_interval_s=1.0)
+    with LiveServer(p, token) as srv, srv.new_user("gwen", "500.00") as c:
+        r = c.post("/jobs", json={"command": ["sh", "-c", GANG_PROBE], "gpus": 8})
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] in ("succeeded", "failed"), timeout=120)
+        view = c.get(f"/jobs/{jid}").json()
+        assert view["status"] == "succeeded", (view, c.get(f"/jobs/{jid}/logs").json()["text"])
+        with p.db.read() as s:
+            inst = s.scalars(select(Instance).where(Instance.job_id == jid)).one()
+            alloc = s.scalars(select(AllocationRow).where(AllocationRow.instance_id == inst.id)).one()
+            uid = s.get(User, inst.user_id).sandbox_uid  # type: ignore[union-attr]
+            handle = json.loads(str(inst.run_handle))
+        assert handle["nodes"] == ["dev0", "dev1"]
+        record = slurm_job(p, str(handle["job"]))
+        assert record.node in ("dev[0-1]", "dev0,dev1"), record
+        workspace = p.sandbox_root / "jobs" / jid / "workspace"
+        ranks = [(workspace / f"rank{r}").read_text().split("\n") for r in (0, 1)]
+        first = [line.split() for line in ranks[0]]
+        second = [line.split() for line in ranks[1]]
+        master, port = first[0][4], first[0][5]
+        assert first[0] == ["0", "2", "8", "4", master, port, "0,1,2,3"]
+        assert second[0] == ["1", "2", "8", "4", master, port, "0,1,2,3"]  # the same master, each its own GPUs
+        assert int(port) == 20000 + int(handle["job"]) % 10000
+        assert first[1] == ["2", "0", "4", master, port] and second[1] == ["2", "1", "4", master, port]
+        if p.sandbox.sandboxed:  # inside the sandbox, as the renter's own uid, on both nodes
+            expected = [str(uid if p.sandbox.identity == "per-renter uid" else os.getuid()), "/workspace", jid]
+            assert first[2] == expected and second[2] == expected
+        log = c.get(f"/jobs/{jid}/logs").json()["text"]
+        assert "rank 0 ran" in log and "rank 1 ran" in log  # both nodes' output in the job's log
+        elapsed = slurm_elapsed(p, str(handle["job"]))
+        assert alloc.gpu_count == 8 and alloc.started_at_ms == (record.start_s or 0) * 1000
+        assert (alloc.ended_at_ms or 0) // 1000 == slurm_job(p, str(handle["job"])).end_s
+        assert ((alloc.ended_at_ms or 0) - alloc.started_at_ms) // 1000 == elapsed  # Slurm's clock, as for one node
+        cost = wait_for(lambda: (j := c.get(f"/jobs/{jid}").json())["cost"] != "0.00" and j["cost"])
+        assert cost == f"{elapsed * 8 / 100:.2f}"  # 1 fen per GPU-second, 8 GPUs
+    total, _ = billing.ledger_totals(p)
+    assert total == 0
+    p.db.engine.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_preempted_gang_checkpoints_on_every_node_and_resumes_as_one(
+    db_url: str, tmp_path: Path, two_nodes: Path
+) -> None:
+    """The notice reaches every node of a gang: an interruptible 8-GPU job over dev0 and dev1 is preempted
+    by a high-priority job, checkpoints (SIGTERM on both nodes, not srun cancelling the step), and resumes as
+    one gang from its checkpoint once the GPUs are free."""
+    p, token = slurm_platform(
+        db_url, tmp_path / "data", two_nodes, tick_interval_s=0.2, meter_interval_s=1.0, preempt_notice_s=5
+    )
+    with LiveServer(p, token) as srv, srv.new_user("hal", "500.00") as c:
+        r = c.post("/jobs", json={"command": ["sh", "-c", RESUMABLE], "gpus": 8, "interruptible": True})
+        assert r.status_code == 201, r.text
+        gang = r.json()["id"]
+        step = p.sandbox_root / "jobs" / gang / "checkpoints" / "step"
+        wait_for(lambda: step.exists() and int(step.read_text() or 0) >= 3, timeout=60)
+        high = c.post("/jobs", json={"command": ["sh", "-c", "echo high ran"], "gpus": 4, "priority": "high"})
+        wait_for(lambda: c.get(f"/jobs/{high.json()['id']}").json()["status"] == "succeeded", timeout=90)
+        wait_for(lambda: c.get(f"/jobs/{gang}").json()["status"] == "succeeded", timeout=90)
+        view = c.get(f"/jobs/{gang}").json()
+        assert (view["preemptions"], view["attempts"]) == (1, 2), view
+        log = c.get(f"/jobs/{gang}/logs").json()["text"]
+        assert log.count("checkpointed at step") == 2  # both nodes had the notice and saved
+        resumed = [line for line in log.splitlines() if line.startswith("attempt 2 resumes at step")]
+        # both nodes, as one gang, from the checkpoint (the nodes share it; the slower one saved last)
+        assert len(resumed) == 2 and all(int(line.split()[5]) >= 1 for line in resumed)
+    p.db.engine.dispose()

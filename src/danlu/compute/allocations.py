@@ -35,6 +35,14 @@ def capacity(session: Session, gpu_model: str) -> tuple[int, int, int]:
     return total - busy, total, per_host
 
 
+def host_totals(session: Session, gpu_model: str) -> dict[int, int]:
+    """Host id -> its present GPUs of ``gpu_model``."""
+    rows = session.execute(
+        select(Gpu.host_id, func.count()).where(Gpu.model == gpu_model, Gpu.present.is_(True)).group_by(Gpu.host_id)
+    ).all()
+    return {int(host_id): int(n) for host_id, n in rows}
+
+
 def _fits(session: Session, gpu_model: str, count: int) -> tuple[int, int]:
     """(free, total) of the model, after checking it exists here and ``count`` fit on one host."""
     free, total, per_host = capacity(session, gpu_model)

@@ -5,6 +5,8 @@ rentals, starts and the job scheduler's runs (danlu.scheduling.live)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
 from danlu.accounts.payers import billing_account, currency, personal_account, top_up_hint, whose_balance
@@ -85,6 +87,7 @@ def open_allocation(
     plan: str = "on-demand",
     host_id: int | None = None,
     hold: Hold | None = None,
+    parts: Sequence[tuple[int, int]] = (),
 ) -> AllocationRow:
     """Claim GPUs for ``inst`` at the current price of ``plan``, after checking that what the payer
     can spend (vouchers in scope, balance and credit limit) covers ``min_prepaid_seconds`` of it;
@@ -134,6 +137,10 @@ def open_allocation(
     if inst.job_id is None:
         _check_hard_caps(session, inst, now_ms, max(needed, 1))
     alloc = new_allocation(session, inst, plan, now_ms)
+    if parts:  # a gang over several hosts (a job on a backend that spans hosts): each part claimed, all or none
+        claimed = [allocations.claim(session, inst.gpu_model, n, alloc.id, host_id=h) for h, n in parts]
+        _bind(session, inst, alloc, claimed[0][0], [g for _, gpus in claimed for g in gpus])
+        return alloc
     _bind(session, inst, alloc, *allocations.claim(session, inst.gpu_model, inst.gpu_count, alloc.id, host_id=host_id))
     return alloc
 

@@ -119,11 +119,21 @@ def build_spec(
     gpus = list(s.scalars(select(Gpu).where(Gpu.allocation_id == alloc.id).order_by(Gpu.idx)))
     host = s.get(HostRow, alloc.host_id)
     assert host is not None
+    by_host: dict[int, list[Gpu]] = {}
+    for g in sorted(gpus, key=lambda g: (g.host_id != alloc.host_id, g.host_id, g.idx)):  # its own host first
+        by_host.setdefault(g.host_id, []).append(g)
+    nodes: tuple[str, ...] = ()
+    node_env: tuple[dict[str, str], ...] = ()
+    if len(by_host) > 1:  # a gang over several hosts: each node sees its own GPUs
+        names = {h.id: h.name for h in s.scalars(select(HostRow).where(HostRow.id.in_(by_host)))}
+        nodes = tuple(names[h] for h in by_host)
+        node_env = tuple(platform_env(part, inst) for part in by_host.values())
+        gpus = [g for part in by_host.values() for g in part]
     env = {**json.loads(inst.env_json or "{}"), **platform_env(gpus, inst), **(extra_env or {})}
     uid = None
     if p.sandbox.sandboxed and p.sandbox.identity == "per-renter uid":
         uid = identity.sandbox_uid(s, inst.user_id, p.settings.sandbox_uid_first, p.settings.sandbox_uid_count)
-    limits = hosts.limits_for(host, inst.gpu_count)
+    limits = hosts.limits_for(host, inst.gpu_count // max(1, len(nodes)))  # a gang's: one node's
     network = host.network_policy if p.sandbox.sandboxed else "host"
     inst.sandbox_json = json.dumps(
         {
@@ -134,6 +144,7 @@ def build_spec(
             "limits_enforced_by": p.sandbox.limits if p.sandbox.sandboxed else "none",
             "disk_enforced_by": p.sandbox.disk_enforced_by if p.sandbox.sandboxed else "none",
             **limits.describe(),
+            **({"nodes": list(nodes)} if nodes else {}),
         },
         sort_keys=True,
     )
@@ -154,6 +165,8 @@ def build_spec(
         gpu_model=inst.gpu_model if gpus else "",
         gpu_count=len(gpus),
         interruptible=alloc.plan == "interruptible",
+        nodes=nodes,
+        node_env=node_env,
     )
 
 

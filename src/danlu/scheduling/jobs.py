@@ -25,7 +25,7 @@ from danlu.accounts.payers import currency
 from danlu.billing.metering import unbilled_minor
 from danlu.catalog.gpu_models import resolve_model
 from danlu.compute import images
-from danlu.compute.allocations import capacity
+from danlu.compute.allocations import host_totals
 from danlu.compute.envvars import validate_env
 from danlu.compute.instances import check_command_args, is_launching, request_stop, terminate_runs
 from danlu.compute.instances import transition as transition_instance
@@ -33,6 +33,7 @@ from danlu.compute.lifecycle import HAS_PROCESS, RENTERS_LIMITS, StopCause
 from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.limits import RunLimits
 from danlu.compute.runs import check_may_run
+from danlu.compute.sandbox import volume
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
@@ -49,6 +50,7 @@ from danlu.scheduling.lifecycle import SUCCEEDED as SUCCEEDED
 from danlu.scheduling.lifecycle import TERMINAL as TERMINAL
 from danlu.scheduling.lifecycle import How, RunEnd, after_run
 from danlu.scheduling.model import PRIORITIES
+from danlu.scheduling.placement import even_split
 
 
 @dataclass
@@ -88,18 +90,32 @@ def job_dir(p: Platform, job_id: str) -> Path:
     return p.sandbox_root / "jobs" / job_id
 
 
-def _check_some_model_fits(s: Session, types: list[str], gpus: int, interruptible: bool) -> None:
+def _check_some_model_fits(s: Session, types: list[str], gpus: int, interruptible: bool, spans_hosts: bool) -> None:
     """A job must be placeable somewhere: a priced model among ``types`` (any, if none) with ``gpus`` GPUs on
-    one host (offered as interruptible, for an interruptible job); else 422, so it never sits in the queue."""
+    one host (offered as interruptible, for an interruptible job) or, where the backend runs a gang across
+    hosts (Slurm), the same count on each of several hosts; else 422, so it never sits in the queue."""
     priced = {pr.gpu_model: pr for pr in s.scalars(select(Price))}
     candidates = types or sorted(priced)
     if interruptible:
         candidates = [m for m in candidates if m in priced and priced[m].interruptible_price_per_hour_minor]
-    if not [m for m in candidates if m in priced and capacity(s, m)[2] >= gpus]:
+
+    def fits(model: str) -> bool:
+        totals = host_totals(s, model)
+        if max(totals.values(), default=0) >= gpus:
+            return True
+        return spans_hosts and even_split({str(h): n for h, n in totals.items()}, gpus) is not None
+
+    if not [m for m in candidates if m in priced and fits(m)]:
+        where = (
+            "on one host, nor the same count on each of several hosts"
+            if spans_hosts
+            else "on one host (this platform's backend runs a job on one host: gangs across hosts need the Slurm "
+            "backend)"
+        )
         raise InvalidInput(
             "no_matching_gpus",
             f"no priced GPU model{' offered as interruptible' if interruptible else ''} among "
-            f"{', '.join(candidates) or 'any'} has {gpus} GPUs on one host; see `danlu offers`",
+            f"{', '.join(candidates) or 'any'} has {gpus} GPUs {where}; ask for fewer, see `danlu offers`",
         )
 
 
@@ -161,7 +177,7 @@ def submit(
             raise QuotaExceeded(
                 "gpu_quota_exceeded", f"this job needs {gpus} GPUs and your GPU quota is {quota}; ask for fewer"
             )
-        _check_some_model_fits(s, types, gpus, interruptible)
+        _check_some_model_fits(s, types, gpus, interruptible, p.backend.spans_hosts)
         if after is not None:
             _check_after(s, user, after)
         seq = (s.execute(select(func.max(Job.seq))).scalar_one() or 0) + 1
@@ -281,6 +297,7 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
     """Cancel: a queued job ends at once; a running one is stopped (SIGTERM, then SIGKILL after
     the stop grace period) and ends as cancelled when its process is gone."""
     handle: str | None = None
+    queued = False
     now = p.clock.now_ms()
     with p.db.write() as s:
         job = _owned(s, user, job_id, for_update=True)
@@ -289,6 +306,7 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
         job.cancel_requested = True
         if job.status == QUEUED:
             transition(s, job, CANCELLED, "cancelled by user", now)
+            queued = True
         elif job.current_instance_id is not None:
             inst = s.get(Instance, job.current_instance_id, with_for_update=True, populate_existing=True)
             if inst is not None and inst.status == InstanceStatus.RUNNING:
@@ -300,6 +318,8 @@ def cancel(p: Platform, user: User, job_id: str) -> JobView:
                 transition_instance(s, inst, InstanceStatus.STOPPED, "job cancelled by user", now, "stop")
             # Any other run still starting is stopped once it runs (settle_runs).
     terminate_runs(p, [handle])
+    if queued:  # a job preempted and requeued had its folder mounted
+        volume.detach(job_dir(p, job_id))
     return show(p, user, job_id)
 
 
@@ -320,6 +340,7 @@ def settle_runs(p: Platform) -> int:
         if not ended and not (cancel and inst_status == InstanceStatus.RUNNING):
             continue
         handle: str | None = None
+        finished = False
         with p.db.write() as s:
             job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
             inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
@@ -328,6 +349,7 @@ def settle_runs(p: Platform) -> int:
             now = p.clock.now_ms()
             if InstanceStatus(inst.status) not in HAS_PROCESS:
                 on_run_finished(p, s, job, inst, now)
+                finished = job.status in TERMINAL
                 changed += 1
             elif job.cancel_requested and inst.status == InstanceStatus.RUNNING:
                 handle = request_stop(
@@ -335,6 +357,8 @@ def settle_runs(p: Platform) -> int:
                 )
                 changed += 1
         terminate_runs(p, [handle])
+        if finished:
+            volume.detach(job_dir(p, job_id))  # its files stay in its image; no run will need it mounted
     return changed
 
 

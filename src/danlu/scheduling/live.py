@@ -19,7 +19,7 @@ scaled to the others by FP32 TFLOPS (danlu.scheduling.speed); without one, the o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from sqlalchemy import func, select
@@ -42,6 +42,7 @@ from danlu.scheduling import jobs as jobsvc
 from danlu.scheduling.fairshare import DEFAULT_HALF_LIFE_MS
 from danlu.scheduling.lifecycle import notice_deadline
 from danlu.scheduling.model import PRIORITY_NORMAL, Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
+from danlu.scheduling.placement import even_split
 from danlu.scheduling.policies import Policy, get_policy
 from danlu.scheduling.rounds import RoundReport as RoundReport
 from danlu.scheduling.rounds import run_round
@@ -72,6 +73,7 @@ def _queue(
     default_ms: int,
     runs: dict[str, list[Run]],
     now: int,
+    spans_hosts: bool = False,
 ) -> list[JobRequest]:
     """The queued jobs the core may place, in submission order: each with its time left on every model it
     can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
@@ -100,6 +102,7 @@ def _queue(
                 deadline_ms=job.deadline_ms,
                 seq=job.seq,
                 attained_ms=attained,
+                spread_ok=spans_hosts and job.gpus > 1,  # a gang over several Slurm nodes
             )
         )
     return queue
@@ -133,7 +136,8 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
         book_tariffs = current_tariffs(s, now)
         models_here = {h.gpu_model for h in hosts}
         runs = _runs(s)
-        queue = _queue(s, models_here, prices, default_ms, runs, now)
+        queue = _queue(s, models_here, prices, default_ms, runs, now, p.backend.spans_hosts)
+        gangs = _gang_parts(s)
         running = []
         for job, inst, alloc in s.execute(
             select(Job, Instance, AllocationRow)
@@ -158,6 +162,7 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
                     stopping_at_ms=job.notice_deadline_ms,
                     attained_ms=attained,
                     checkpoints=demote and _has_checkpoint(p, job.id),  # read only when it can matter
+                    parts=gangs.get(alloc.id, ()),
                 )
             )
         rentals = _interruptible_rentals(s, now, default_ms)
@@ -174,6 +179,25 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
         usage=usage,
     )
     return view, ids, frozenset(r.job_id for r in rentals)
+
+
+def _gang_parts(s: Session) -> dict[int, tuple[tuple[str, int], ...]]:
+    """Running allocations over several hosts -> their parts as the view's host keys, the allocation's own
+    host first (one query, and one more per gang)."""
+    by_alloc: dict[int, list[tuple[int, str, int]]] = {}
+    for alloc_id, host_id, model, n in s.execute(
+        select(Gpu.allocation_id, Gpu.host_id, Gpu.model, func.count())
+        .where(Gpu.allocation_id.is_not(None))
+        .group_by(Gpu.allocation_id, Gpu.host_id, Gpu.model)
+    ).all():
+        by_alloc.setdefault(int(alloc_id or 0), []).append((int(host_id), str(model), int(n)))
+    out = {}
+    for alloc_id, rows in by_alloc.items():
+        if len(rows) > 1:
+            first = s.scalar(select(AllocationRow.host_id).where(AllocationRow.id == alloc_id))
+            rows.sort(key=lambda r: (r[0] != first, r[0]))
+            out[alloc_id] = tuple((f"{h}/{m}", n) for h, m, n in rows)
+    return out
 
 
 def _durations(job: Job, models_here: set[str], prices: dict[tuple[str, Plan], int], default_ms: int) -> dict[str, int]:
@@ -327,6 +351,7 @@ class LiveShell:
         self.demotes = policy.demote_after_ms is not None  # the view reads checkpoints only then
         self.ids: dict[str, tuple[int, str]] = {}  # the view's host keys -> (host id, GPU model)
         self.rentals: frozenset[str] = frozenset()  # running items of the view that are rentals
+        self.free: dict[str, int] = {}  # the view's hosts' free GPUs, less this round's starts
 
     def settle(self, now_ms: int) -> int:
         return jobsvc.settle_runs(self.p) + jobsvc.settle_dependencies(self.p)
@@ -336,15 +361,22 @@ class LiveShell:
             if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
                 return None
         view, self.ids, self.rentals = _view(self.p, self.demotes)
+        self.free = {h.id: h.free_gpus for h in view.hosts}
         return view if view.queue else None
 
     def start(self, d: Start, now_ms: int) -> bool:
-        if d.parts:  # the live view never allows it (JobRequest.spread_ok): a run is one node
-            _note(self.p, d.job_id, "waiting: a gang spread over hosts is not run live")
-            return False
+        parts = d.parts
+        if parts and len({n for _, n in parts}) > 1:  # one Slurm allocation holds the same count on each node
+            parts = even_split({h: self.free[h] for h, (_, m) in self.ids.items() if m == d.gpu_model}, d.gpus) or ()
+            if not parts:
+                _note(self.p, d.job_id, "waiting: a gang over several hosts needs the same free GPU count on each")
+                return False
         try:
-            host_id, model = self.ids[d.host_id]
-            start_run(self.p, d.job_id, host_id, model, d.gpus, d.plan.value, d.reason)
+            host_id, model = self.ids[parts[0][0] if parts else d.host_id]
+            hosts = [(self.ids[h][0], n) for h, n in parts]
+            start_run(self.p, d.job_id, host_id, model, d.gpus, d.plan.value, d.reason, parts=hosts)
+            for h, n in parts or ((d.host_id, d.gpus),):
+                self.free[h] = self.free.get(h, 0) - n
         except DanluError as exc:  # e.g. the user's balance no longer covers a minute: wait in the queue
             _note(self.p, d.job_id, f"waiting: {exc.message}")
             return False
@@ -370,8 +402,19 @@ def _note(p: Platform, job_id: str, reason: str) -> None:
             job.status_reason = reason
 
 
-def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, plan: str, reason: str) -> str:
-    """Start one run of a queued job on exactly the decided host and GPU model."""
+def start_run(
+    p: Platform,
+    job_id: str,
+    host_id: int,
+    model: str,
+    gpus: int,
+    plan: str,
+    reason: str,
+    *,
+    parts: Sequence[tuple[int, int]] = (),
+) -> str:
+    """Start one run of a queued job on exactly the decided host and GPU model; with ``parts`` (host id, GPUs),
+    a gang over those hosts, ``host_id`` the first."""
     now = p.clock.now_ms()
     jdir = jobsvc.job_dir(p, job_id)
     with p.db.read() as s:
@@ -405,13 +448,14 @@ def start_run(p: Platform, job_id: str, host_id: int, model: str, gpus: int, pla
         )
         s.add(inst)
         s.flush()
-        alloc = open_allocation(p, s, inst, now, plan=plan, host_id=host_id)
+        alloc = open_allocation(p, s, inst, now, plan=plan, host_id=host_id, parts=parts)
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="job run", at_ms=now))
         job.attempts += 1
         job.current_instance_id = inst.id
         if job.first_start_ms is None:
             job.first_start_ms = now
-        jobsvc.transition(s, job, jobsvc.RUNNING, f"{reason} ({gpus}× {model}, {plan})", now)
+        where = f" over {len(parts)} hosts" if parts else ""
+        jobsvc.transition(s, job, jobsvc.RUNNING, f"{reason} ({gpus}× {model}{where}, {plan})", now)
         extra = {"DANLU_JOB_ID": job.id, "DANLU_ATTEMPT": str(job.attempts)}
         spec = build_spec(p, s, inst, alloc, log_key=job.id, checkpoints=jdir / "checkpoints", extra_env=extra)
         instance_id = inst.id

@@ -84,3 +84,18 @@ class FreeIndex:
 
     def hosts_of(self, model: str) -> list[str]:
         return [h for b in self._buckets.get(model, []) for h in b]
+
+
+def even_split(free: dict[str, int], gpus: int) -> tuple[tuple[str, int], ...] | None:
+    """A gang of ``gpus`` over as few hosts as possible with the same count on each (what one Slurm
+    allocation of ``--nodes N --gres gpu:K`` holds), from the hosts' free GPUs; best fit among the
+    hosts with room (the fewest free first, keeping big holes for big gangs), ties by host id. None
+    when no even split fits (pure)."""
+    for n in range(2, len(free) + 1):
+        if gpus % n:
+            continue
+        each = gpus // n
+        room = sorted((left, host) for host, left in free.items() if left >= each)
+        if len(room) >= n:
+            return tuple((host, each) for _, host in sorted(room[:n], key=lambda r: r[1]))
+    return None

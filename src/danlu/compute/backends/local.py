@@ -119,6 +119,7 @@ def _chown_private(path: Path, uid: int | None) -> None:
 class LocalBackend:
     name = "local"
     starts_before_record = False
+    spans_hosts = False
 
     def __init__(self, data_dir: Path, sandbox: SandboxOptions | None) -> None:
         self.data_dir = data_dir
@@ -155,6 +156,8 @@ class LocalBackend:
 
     # -- launch -------------------------------------------------------------------------------
     def launch(self, spec: RunSpec) -> str:
+        if spec.nodes:  # never asked (spans_hosts is False): the platform refuses such a job at submit
+            raise LaunchError("a gang over several hosts needs a backend that spans hosts (Slurm); this is one host")
         run_dir = self._run_dir(spec.log_key)
         exit_path = run_dir / f"{spec.run_id}.exit"
         for suffix in ("exit", "started", "reason"):

@@ -151,6 +151,7 @@ def _line(sock: socket.socket, limit: int = 4096) -> bytes:
 class SlurmBackend:
     name = "slurm"
     starts_before_record = True
+    spans_hosts = True
 
     def __init__(self, data_dir: Path, config: SlurmConfig, *, sandboxed: bool = True) -> None:
         self.data_dir = data_dir
@@ -182,7 +183,10 @@ class SlurmBackend:
         args += ["--output=/dev/null", f"--error={script.parent / spec.run_id}.node-err", f"--chdir={script.parent}"]
         if partition or self.config.partition:
             args.append(f"--partition={partition or self.config.partition}")
-        if spec.host:
+        if spec.nodes:  # a gang: one allocation over these nodes, the same GPUs on each, one runner per node
+            count //= len(spec.nodes)
+            args += [f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(spec.nodes)}"]
+        elif spec.host:
             args.append(f"--nodelist={spec.host}")
         if count:
             gres_type = self.config.gres_types.get(spec.gpu_model, "")
@@ -195,7 +199,7 @@ class SlurmBackend:
         run_dir = self._run_dir(spec.log_key)
         spec_path = run_dir / f"{spec.run_id}.spec.json"
         script = run_dir / f"{spec.run_id}.sbatch"
-        for suffix in ("exit", "started", "reason", "usage"):
+        for suffix in ("exit", "started", "reason", "usage", "notice"):
             (run_dir / f"{spec.run_id}.{suffix}").unlink(missing_ok=True)
         node_spec = {
             "spec": json.loads(spec_to_json(spec)),
@@ -204,7 +208,11 @@ class SlurmBackend:
         }
         spec_path.write_text(json.dumps(node_spec))
         os.chmod(spec_path, 0o600)
-        script.write_text(f"#!/bin/sh\nexec {self.config.python} -m danlu.compute.backends.slurm_node {spec_path}\n")
+        runner = f"{self.config.python} -m danlu.compute.backends.slurm_node {spec_path}"
+        if spec.nodes:  # one runner on every node of the gang (srun forwards the notice's SIGTERM to each);
+            # one that fails ends the others (--kill-on-bad-exit); the job's exit code is the highest
+            runner = f"srun -QQ --ntasks-per-node=1 --kill-on-bad-exit=1 {runner}"
+        script.write_text(f"#!/bin/sh\nexec {runner}\n")
         os.chmod(script, 0o700)
         with self._lock:
             self._launching.add(spec.run_id)
@@ -216,7 +224,10 @@ class SlurmBackend:
         except subprocess.CalledProcessError as exc:
             self._done_launching(spec.run_id)
             raise LaunchError(f"Slurm refused the job: {exc.stderr}") from exc
-        return json.dumps({"job": job_id, "run": spec.run_id, "log": spec.log_key}, sort_keys=True)
+        h: dict[str, Any] = {"job": job_id, "run": spec.run_id, "log": spec.log_key}
+        if spec.nodes:
+            h["nodes"] = list(spec.nodes)  # sessions go to the first (rank 0); every node beats and reports
+        return json.dumps(h, sort_keys=True)
 
     def _done_launching(self, run_id: str) -> None:
         with self._lock:
@@ -259,7 +270,9 @@ class SlurmBackend:
         an error line)."""
         spec = self._file(h, "spec.json")
         node = [self.config.python, "-m", "danlu.compute.backends.slurm_node"]
-        return ["srun", "--overlap", f"--jobid={h['job']}", "-N1", "-n1", "-QQ", *opts, *node, what, str(spec), *args]
+        first = [f"--nodelist={h['nodes'][0]}"] if h.get("nodes") else []  # a gang's sessions: on its rank 0
+        srun = ["srun", "--overlap", f"--jobid={h['job']}", "-N1", "-n1", *first, "-QQ"]
+        return [*srun, *opts, *node, what, str(spec), *args]
 
     def _entered(self, h: dict[str, Any]) -> None:
         if not self._file(h, "local").exists():  # the runner writes it once the run is in its sandbox
@@ -457,8 +470,14 @@ class SlurmBackend:
 
     # -- signals ------------------------------------------------------------------------------
     def terminate(self, handle: str) -> None:
-        """The notice: SIGTERM to the batch script, which passes it into the sandbox."""
+        """The notice: SIGTERM to the batch script, which passes it into the sandbox. A gang's is a file
+        beside the run's (``RUN.notice``) that every node's runner looks for: its batch script is srun, which
+        takes a SIGTERM as "cancel the step", and a signal to the step reaches every process of it, the
+        sandbox's own init among them (the sandboxes died before the command could checkpoint)."""
         h = json.loads(handle)
+        if h.get("nodes"):
+            self._file(h, "notice").touch()
+            return
         self._quietly("scancel", "--signal=TERM", "--batch", h["job"])
 
     def kill(self, handle: str) -> None:
@@ -481,9 +500,9 @@ class SlurmBackend:
             log.warning("%s: %s (retried at the next tick)", " ".join(args), exc)
 
     def release(self, handle: str) -> None:
-        h = json.loads(handle)
-        for suffix in ("spec.json", "sbatch", "usage", "alive", "exit", "started", "reason", "node-err"):
-            self._file(h, suffix).unlink(missing_ok=True)
+        for h in _ranks(json.loads(handle)):
+            for suffix in ("spec.json", "sbatch", "usage", "alive", "exit", "started", "reason", "node-err", "notice"):
+                self._file(h, suffix).unlink(missing_ok=True)
 
     def discard(self, run_id: str) -> None:
         self._quietly("scancel", f"--name={JOB_PREFIX}{run_id}")
@@ -494,26 +513,52 @@ class SlurmBackend:
         clock, which must agree with the server's as Slurm's own StartTime and EndTime must)."""
         out: dict[str, int] = {}
         for handle in handles:
-            try:
-                out[handle] = int(self._file(json.loads(handle), "alive").read_text())
-            except (FileNotFoundError, ValueError):
-                continue  # no heartbeat yet: known alive by Slurm's record alone
+            beats = []
+            for h in _ranks(json.loads(handle)):
+                try:
+                    beats.append(int(self._file(h, "alive").read_text()))
+                except (FileNotFoundError, ValueError):
+                    continue  # no heartbeat yet: known alive by Slurm's record alone
+            if beats:  # a gang is alive as far as its last node to beat: one dead node ends it
+                out[handle] = min(beats)
         return out
 
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
         """What the node's runner last wrote (every few seconds) beside the run's log."""
         out: dict[str, RunUsage] = {}
         for handle in handles:
-            h = json.loads(handle)
-            try:
-                data = json.loads(self._file(h, "usage").read_text())
-            except (FileNotFoundError, ValueError):
-                continue
-            out[handle] = RunUsage(**data)
+            readings = []
+            for h in _ranks(json.loads(handle)):
+                try:
+                    readings.append(RunUsage(**json.loads(self._file(h, "usage").read_text())))
+                except (FileNotFoundError, ValueError):
+                    continue
+            if readings:  # a gang's: its nodes' together
+                out[handle] = readings[0] if len(readings) == 1 else _sum_usage(readings)
         return out
 
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
         return read_log(self.data_dir, log_key, offset, limit)
+
+
+def rank_run_id(run_id: str, rank: int) -> str:
+    """The name a gang's node ``rank`` keeps its files (and its local run) under: the run's own for rank 0."""
+    return run_id if rank == 0 else f"{run_id}-node{rank}"
+
+
+def _ranks(h: dict[str, Any]) -> list[dict[str, Any]]:
+    """The handle as each of its nodes' runners names its files (one, unless a gang)."""
+    return [{**h, "run": rank_run_id(str(h["run"]), r)} for r in range(len(h.get("nodes") or [None]))]
+
+
+def _sum_usage(readings: Sequence[RunUsage]) -> RunUsage:
+    fields = RunUsage.__dataclass_fields__
+    total: dict[str, Any] = {}
+    for name in fields:
+        values = [getattr(u, name) for u in readings if getattr(u, name) is not None]
+        # the workspace is one folder all nodes measure: its size once, not once per node
+        total[name] = (max if name == "disk_bytes" else sum)(values) if values else None
+    return RunUsage(**total)
 
 
 def parse_gpu_models(pairs: Sequence[str]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The runner a Slurm batch job executes on its node: ``python -m danlu.compute.backends.slurm_node
 SPEC.json``. It runs the spec in the local backend's sandbox on this node (supervisor, prlimit,
 setpriv to the renter's uid, bubblewrap), passes SIGTERM (the preemption notice, ``scancel
---signal=TERM --batch``) into the sandbox, writes the run's CPU and memory beside its log every few
-seconds for the server's telemetry, and exits with the command's exit code, which Slurm records.
+--signal=TERM --batch``; on each node of a gang, the notice file ``RUN.notice`` appearing) into the
+sandbox, writes the run's CPU and memory beside its log every few seconds for the server's telemetry,
+and exits with the command's exit code, which Slurm records.
 
 The GPUs are the ones Slurm gave the job: with real GPUs the sandbox gets ``/dev/nvidiaN`` for each
 index in ``SLURM_JOB_GPUS``; simulated ones keep their platform-made device files.
@@ -38,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from danlu.backend import Device, EnterError, EnterRequest, RunSpec, enter_with_terminal, spec_from_json
+from danlu.compute.backends.local import volume_folder
+from danlu.compute.backends.slurm import rank_run_id
+from danlu.compute.sandbox import volume
 
 USAGE_EVERY_S = 5.0
 NVIDIA_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
@@ -54,6 +58,50 @@ def slurm_devices(spec: RunSpec, job_gpus: str) -> tuple[Device, ...]:
     return tuple(out)
 
 
+MASTER_PORT_BASE = 20000  # a gang's rendezvous port: this + the Slurm job id modulo 10,000
+
+
+def gang_env(spec: RunSpec, rank: int, job_id: str, master_addr: str) -> dict[str, str]:
+    """What a distributed training launcher reads on node ``rank`` of a gang (pure): torch.distributed's
+    env:// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE as one process per GPU), the node's rank and count, and
+    torchrun's own options as its ``PET_`` variables, so ``torchrun train.py`` needs no flags."""
+    per_node = spec.gpu_count // len(spec.nodes)
+    port = str(MASTER_PORT_BASE + int(job_id) % 10000 if job_id.isdigit() else MASTER_PORT_BASE)
+    return {
+        **(spec.node_env[rank] if rank < len(spec.node_env) else {}),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": port,
+        "WORLD_SIZE": str(spec.gpu_count),
+        "NODE_RANK": str(rank),
+        "NNODES": str(len(spec.nodes)),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "DANLU_NODES": ",".join(spec.nodes),
+        "PET_NNODES": str(len(spec.nodes)),
+        "PET_NODE_RANK": str(rank),
+        "PET_NPROC_PER_NODE": str(per_node),
+        "PET_MASTER_ADDR": master_addr,
+        "PET_MASTER_PORT": port,
+    }
+
+
+def node_spec(spec: RunSpec, rank: int, job_id: str, master_addr: str) -> RunSpec:
+    """Node ``rank``'s own run of a gang (pure): its GPUs' devices and variables, a run id of its own (its
+    cgroup, exit and heartbeat files: a node may share its machine with another of the gang), one node."""
+    if not spec.nodes:
+        return spec
+    per_node = len(spec.devices) // len(spec.nodes)
+    return replace(
+        spec,
+        run_id=rank_run_id(spec.run_id, rank),
+        env={**spec.env, **gang_env(spec, rank, job_id, master_addr)},
+        devices=spec.devices[rank * per_node : (rank + 1) * per_node],
+        host=spec.nodes[rank],
+        gpu_count=spec.gpu_count // len(spec.nodes),
+        nodes=(),
+        node_env=(),
+    )
+
+
 def main(argv: list[str]) -> int:
     from danlu.compute.sandbox.probe import make_local_backend
 
@@ -61,12 +109,27 @@ def main(argv: list[str]) -> int:
     node = json.loads(spec_path.read_text())
     spec = spec_from_json(json.dumps(node["spec"]))
     data_dir = Path(node["data_dir"])
+    gang = bool(spec.nodes)
+    notice_path = spec_path.with_name(f"{spec.run_id}.notice")  # a gang's notice (SlurmBackend.terminate)
+    rank = int(os.environ.get("SLURM_NODEID", "0")) if gang else 0
+    # srun's tasks: the address of the node that launched them, the batch script's (rank 0's)
+    master = os.environ.get("SLURM_LAUNCH_NODE_IPADDR") or socket.gethostname()
+    spec = node_spec(spec, rank, os.environ.get("SLURM_JOB_ID", ""), master)
     job_gpus = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES", "")
     spec = replace(spec, devices=slurm_devices(spec, job_gpus))
     backend, _ = make_local_backend(data_dir, no_sandbox=not node["sandboxed"])
     # this runner knows only its own run: sweeping the node's "unknown" empty cgroups removed the one a
     # concurrent runner had just created, before it attached (its rental exited with code 1 at once)
     backend.sweeps = False
+    if gang and backend.sandbox is not None and backend.sandbox.disk == "image":
+        # every node works in the one shared workspace folder: a file system image can be mounted by one
+        # kernel only, so a gang's disk limit is the watcher's (each node measures the folder)
+        if volume.image_of(volume_folder(spec)).exists():
+            raise SystemExit(
+                "danlu: this job's workspace is a disk image from a run on one host; a gang over several "
+                "nodes cannot share it (run the job on one host, or as a new job)"
+            )
+        backend.sandbox = replace(backend.sandbox, disk="watch")
     handle = backend.launch(spec)
     local = spec_path.with_name(f"{spec.run_id}.local")
     tmp = local.with_suffix(".local.tmp")
@@ -89,6 +152,8 @@ def main(argv: list[str]) -> int:
         state = backend.poll([handle])[handle]
         if state.kind != "running":
             break
+        if gang and not terminated and notice_path.exists():
+            on_term(signal.SIGTERM, None)
         if time.monotonic() >= next_usage:
             # The heartbeat: the run was alive at this moment (the server bills no further than the last one,
             # so a dead node is not billed until Slurm notices; SlurmBackend.alive_until).

@@ -265,6 +265,13 @@ def _drop_lost_found(folder: Path) -> None:
         pass
 
 
+def detach(folder: Path) -> None:
+    """Unmount ``folder``'s file system, keeping its image (its files stay there): a finished job's, which no
+    run needs mounted any more (each held a loop device for as long as the server ran)."""
+    if os.path.ismount(folder):
+        _unmount(folder, lazy=True)
+
+
 def release(folder: Path) -> None:
     """The folder goes: unmount and delete its image (a no-op for a folder without one)."""
     if os.path.ismount(folder):
@@ -302,7 +309,8 @@ def mount_all(sandbox_dir: Path) -> int:
     for image in sorted(volumes.glob(f"*{SUFFIX}")):
         parent, _, name = image.name[: -len(SUFFIX)].partition(".")
         folder = sandbox_dir / parent / name
-        if parent not in ("workspaces", "jobs") or not name or os.path.ismount(folder):
+        # rentals' only: a job's image is mounted by its next run (``ensure``), and a finished job's never again
+        if parent != "workspaces" or not name or os.path.ismount(folder):
             continue
         try:
             folder.mkdir(parents=True, exist_ok=True)
