@@ -177,13 +177,31 @@ def test_stopped_storage_policy_and_what_an_instance_shows(live: LiveServer) -> 
         assert code(sam.put("/admin/storage", json={"warn_after": "1d"})) == (403, "admin_only")
         default = adm.get("/admin/storage").json()
         assert (default["warn_after"], default["release_after"]) == ("7d", "7d")
-        for body in ({"warn_after": "10m"}, {"release_after": "400d"}, {"warn_after": "7x"}, {"price_gb_month": "-1"}):
+        bad = (
+            {"warn_after": "10m"},
+            {"release_after": "400d"},
+            {"warn_after": "7x"},
+            {"price_gb_month": "-1"},
+            {"snapshot_price_gb_month": "abc"},
+            {"snapshot_quota_gb": -1},
+            {"snapshot_quota_gb": 10**9},
+        )
+        for body in bad:
             r = adm.put("/admin/storage", json=body)
             assert r.status_code == 422, (body, r.text)
         assert adm.get("/admin/storage").json() == default  # nothing changed
         r = adm.put("/admin/storage", json={"price_gb_month": "0.30", "warn_after": "2d"})
         assert r.status_code == 200, r.text
-        assert r.json() == {"price_gb_month": "0.30", "warn_after": "2d", "release_after": "7d", "currency": "CNY"}
+        assert r.json() == {
+            "price_gb_month": "0.30",
+            "warn_after": "2d",
+            "release_after": "7d",
+            "currency": "CNY",
+            "snapshot_price_gb_month": "0.00",
+            "snapshot_quota_gb": 0,
+        }
+        r = adm.put("/admin/storage", json={"snapshot_price_gb_month": "0.10", "snapshot_quota_gb": 50})
+        assert (r.json()["snapshot_price_gb_month"], r.json()["snapshot_quota_gb"]) == ("0.10", 50)
         assert adm.put("/admin/storage", json={"release_after": "36h"}).json()["release_after"] == "36h"
 
         iid = rent(sam)

@@ -86,13 +86,19 @@ def test_snapshots_in_the_console_take_list_rent_from_and_remove(live: LiveServe
         wait_for(lambda: api.get(f"/instances/{iid}").json()["status"] == "stopped")
         set_password(live, "una", "una-password-1")
         c = sign_in(live, "una", "una-password-1")
+        with live.admin() as adm:  # 1 MiB (the note, rounded up) at 300.00 per GB-month: 0.01 a day
+            assert adm.put("/admin/storage", json={"snapshot_price_gb_month": "300.00"}).status_code == 200
         r = c.post(f"/instances/{iid}/snapshots", data={"csrf": csrf_of(c, f"/instances/{iid}"), "name": "before"})
         assert r.status_code == 303, r.text
         said = " ".join(flash(c.get(f"/instances/{iid}").text))
         assert said.startswith("Snapshot s-") and "stored new" in said, said
-        [sid] = [s["id"] for s in api.get("/snapshots").json()]
+        [snap] = api.get("/snapshots").json()
+        sid = snap["id"]
+        assert (snap["cost_per_day"], snap["currency"]) == ("0.01", "CNY")
         listing = c.get("/instances").text
         assert f'id="snap-{sid}"' in listing and "before" in listing
+        row = listing.split(f'id="snap-{sid}"')[1].split("</tr>")[0]
+        assert "0.01" in row, row  # what keeping it costs a day
         assert f'<option value="{sid}">From snapshot {sid} (before)' in c.get("/rent").text
         form = {"csrf": csrf_of(c, "/rent"), "gpu_model": "T4", "gpu_count": "1", "plan": "on-demand", "image": "host"}
         r = c.post("/rent", data={**form, "command": "sh -c 'cat note; sleep 60'", "from_snapshot": sid})

@@ -38,6 +38,7 @@ from danlu.billing.invoice_view import InvoiceView, LineView
 from danlu.billing.periods import check_period, next_period, period_bounds, period_of, record_period, zone
 from danlu.billing.rating import billable_seconds
 from danlu.billing.storage import PLAN as STORAGE_PLAN
+from danlu.billing.storage import SNAPSHOT_MODEL
 from danlu.context import Platform
 from danlu.core.errors import Conflict, NotFound
 from danlu.core.states import Machine
@@ -215,11 +216,12 @@ def _lines(items: list[_Item], target: str) -> list[LineView]:
             sums[i] += v
     out = []
     for (inst, plan, price, gpus, model, adj), (seconds, gross, voucher, amount) in acc.items():
-        what = (
-            f"{gpus} MiB stored workspace (price per GB-month), instance {inst}"
-            if plan == STORAGE_PLAN
-            else f"{gpus} x {model} {plan}, instance {inst}"
-        )
+        if plan == STORAGE_PLAN and model == SNAPSHOT_MODEL:
+            what = f"{gpus} MiB snapshot (price per GB-month), instance {inst}"
+        elif plan == STORAGE_PLAN:
+            what = f"{gpus} MiB stored workspace (price per GB-month), instance {inst}"
+        else:
+            what = f"{gpus} x {model} {plan}, instance {inst}"
         desc = f"adjustment for {adj}: {what}" if adj else what
         out.append(
             LineView(

@@ -37,7 +37,7 @@ from danlu.billing.pricing import Plan
 from danlu.billing.rating import Rate, charge_between, latest_affordable_ms
 from danlu.billing.storage import MODEL as STORAGE_MODEL
 from danlu.billing.storage import PLAN as STORAGE_PLAN
-from danlu.billing.storage import storage_rate
+from danlu.billing.storage import SNAPSHOT_MODEL, storage_rate
 from danlu.billing.tariffs import parse_snapshot
 from danlu.core.errors import Conflict
 from danlu.db.models import Account, AllocationRow, BillingAccount, UsageRecordRow, VoucherCampaign, VoucherGrant
@@ -81,9 +81,10 @@ def _seconds_text(ms: int) -> str:
 def usage_memo(parts: list[UsagePart], most: int = 3) -> str:
     """The ledger line of a usage posting: each instance, its GPUs, the seconds and the period
     billed, up to ``most`` of them, then how many more. Pure: the same parts give the same text."""
+    stored = {STORAGE_MODEL: "stored workspace", SNAPSHOT_MODEL: "snapshot"}
     shown = [
         f"{u.instance_id} ("
-        + (f"{u.gpu_count} MiB stored workspace" if u.gpu_model == STORAGE_MODEL else f"{u.gpu_count}× {u.gpu_model}")
+        + (f"{u.gpu_count} MiB {stored[u.gpu_model]}" if u.gpu_model in stored else f"{u.gpu_count}× {u.gpu_model}")
         + f", {_seconds_text(u.end_ms - u.start_ms)}, {_period_text(u.start_ms, u.end_ms)})"
         for u in parts[:most]
     ]

@@ -26,6 +26,7 @@ from danlu.core.money import format_minor, parse_amount
 from danlu.db.models import Setting
 
 MODEL = "workspace"
+SNAPSHOT_MODEL = "snapshot"  # a kept snapshot: the same plan, its own price (danlu.compute.snapshots)
 PLAN = "storage"
 MIB = 1 << 20
 MIB_PER_GB = 1024
@@ -33,6 +34,8 @@ MONTH_S = 30 * 86_400
 SECONDS_PER_UNIT = MONTH_S * MIB_PER_GB  # the price is per GB-month; one unit is a MiB
 DAY_S = 86_400
 WARN_KEY, RELEASE_KEY = "storage_warn_after_s", "storage_release_after_s"
+SNAPSHOT_QUOTA_KEY = "snapshot_quota_gb"  # per billing account; 0: no quota
+MAX_SNAPSHOT_QUOTA_GB = 1_000_000
 DEFAULT_WARN_S, DEFAULT_RELEASE_S = 7 * DAY_S, 7 * DAY_S
 
 
@@ -42,6 +45,8 @@ class StoragePolicy:
     warn_after_s: int
     release_after_s: int
     currency: str
+    snapshot_price_gb_month_minor: int = 0
+    snapshot_quota_gb: int = 0  # each billing account's snapshots together, as restored; 0: none
 
     def per_day_minor(self, size_bytes: int) -> int:
         return cumulative_cost(storage_rate(self.price_gb_month_minor, mib(size_bytes), 0), DAY_S)
@@ -62,11 +67,14 @@ def _int_setting(s: Session, key: str, default: int) -> int:
 
 def policy(s: Session) -> StoragePolicy:
     plan = current_plan(s, MODEL, PLAN)
+    snapshots = current_plan(s, SNAPSHOT_MODEL, PLAN)
     return StoragePolicy(
         plan.price_per_hour_minor if plan is not None else 0,
         _int_setting(s, WARN_KEY, DEFAULT_WARN_S),
         _int_setting(s, RELEASE_KEY, DEFAULT_RELEASE_S),
         currency(s),
+        snapshots.price_per_hour_minor if snapshots is not None else 0,
+        _int_setting(s, SNAPSHOT_QUOTA_KEY, 0),
     )
 
 
@@ -84,16 +92,28 @@ def configure(
     price_gb_month: str | None = None,
     warn_after_s: int | None = None,
     release_after_s: int | None = None,
+    snapshot_price_gb_month: str | None = None,
+    snapshot_quota_gb: int | None = None,
 ) -> StoragePolicy:
-    """The operator's storage price and retention periods (each at least an hour, at most a year)."""
+    """The operator's storage prices (stopped workspaces, snapshots), retention periods (each at least an
+    hour, at most a year) and snapshot quota per account. A new price applies to what is stored from now."""
     for name, value in (("--warn-after", warn_after_s), ("--release-after", release_after_s)):
         if value is not None and not 3600 <= value <= 366 * DAY_S:
             raise InvalidInput("invalid_storage_policy", f"{name} is from 1 hour to 366 days")
+    if snapshot_quota_gb is not None and not 0 <= snapshot_quota_gb <= MAX_SNAPSHOT_QUOTA_GB:
+        raise InvalidInput(
+            "invalid_storage_policy", f"--snapshot-quota-gb is from 0 (no quota) to {MAX_SNAPSHOT_QUOTA_GB:,} GB"
+        )
     with p.db.write() as s:
-        if price_gb_month is not None:
-            cur = currency(s)
-            minor = parse_amount(price_gb_month, cur, field="storage price per GB-month")
-            record_price(s, MODEL, PLAN, minor, cur, p.clock.now_ms())
+        for model, price, what in (
+            (MODEL, price_gb_month, "storage price per GB-month"),
+            (SNAPSHOT_MODEL, snapshot_price_gb_month, "snapshot price per GB-month"),
+        ):
+            if price is not None:
+                cur = currency(s)
+                record_price(s, model, PLAN, parse_amount(price, cur, field=what), cur, p.clock.now_ms())
+        if snapshot_quota_gb is not None:
+            _set(s, SNAPSHOT_QUOTA_KEY, snapshot_quota_gb)
         if warn_after_s is not None:
             _set(s, WARN_KEY, warn_after_s)
         if release_after_s is not None:

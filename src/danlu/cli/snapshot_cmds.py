@@ -28,7 +28,9 @@ def create(
         return
     console.print(
         f"{s['id']}: {_mib(s['size_bytes'])} of {instance_id}, {_mib(s['added_bytes'])} new "
-        f"(the rest is shared with your earlier snapshots); `danlu rent --from {s['id']} --gpu …` starts from it",
+        f"(the rest is shared with your earlier snapshots)"
+        + (f"; kept for {s['cost_per_day']} {s['currency']} a day" if s.get("currency") else "")
+        + f"; `danlu rent --from {s['id']} --gpu …` starts from it",
         markup=False,
         highlight=False,
     )
@@ -42,6 +44,7 @@ def snapshots(as_json: bool = JsonOpt) -> None:
         return
     for r in rows:
         r["size"], r["new"] = _mib(r["size_bytes"]), _mib(r["added_bytes"])
+        r["per_day"] = f"{r['cost_per_day']} {r['currency']}" if r.get("currency") else "free"
     print_table(
         rows,
         [
@@ -50,6 +53,7 @@ def snapshots(as_json: bool = JsonOpt) -> None:
             ("instance_id", "of"),
             ("size", "size"),
             ("new", "stored new"),
+            ("per_day", "per day"),
             ("created_at", "taken"),
         ],
     )

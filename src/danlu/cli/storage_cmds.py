@@ -19,7 +19,9 @@ def _say(d: dict[str, Any], as_json: bool) -> None:
     else:
         console.print(
             f"stopped storage: {d['price_gb_month']} {d['currency']} per GB-month; warned after "
-            f"{d['warn_after']} stopped, released {d['release_after']} after the warning",
+            f"{d['warn_after']} stopped, released {d['release_after']} after the warning; snapshots: "
+            f"{d['snapshot_price_gb_month']} {d['currency']} per GB-month, quota "
+            + (f"{d['snapshot_quota_gb']} GB per account" if d["snapshot_quota_gb"] else "none"),
             markup=False,
             highlight=False,
             soft_wrap=True,
@@ -31,10 +33,20 @@ def storage_set(
     price_gb_month: str = typer.Option(None, "--price-gb-month", help="Per GB-month of kept workspace, e.g. 0.30."),
     warn_after: str = typer.Option(None, "--warn-after", help="Warn the renter after stopped this long: 12h, 7d."),
     release_after: str = typer.Option(None, "--release-after", help="Release this long after the warning: 7d."),
+    snapshot_price_gb_month: str = typer.Option(
+        None, "--snapshot-price-gb-month", help="Per GB-month of a kept snapshot (as restored), e.g. 0.10."
+    ),
+    snapshot_quota_gb: int = typer.Option(None, "--snapshot-quota-gb", help="Per account, in GB; 0: no quota."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Change the stopped-storage policy (only what is given)."""
-    body = {"price_gb_month": price_gb_month, "warn_after": warn_after, "release_after": release_after}
+    """Change the storage policy (only what is given)."""
+    body = {
+        "price_gb_month": price_gb_month,
+        "warn_after": warn_after,
+        "release_after": release_after,
+        "snapshot_price_gb_month": snapshot_price_gb_month,
+        "snapshot_quota_gb": snapshot_quota_gb,
+    }
     _say(Client().put("/admin/storage", json={k: v for k, v in body.items() if v is not None}), as_json)
 
 

@@ -20,13 +20,18 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from danlu.billing import storage
+from danlu.billing.accounts import lock_billing_account
+from danlu.billing.rating import cumulative_cost
 from danlu.compute import fstree
+from danlu.compute.storage import close_stored, open_stored
 from danlu.compute.views import resting_workspace
 from danlu.context import Platform
-from danlu.core.errors import DanluError, InvalidInput, NotFound
-from danlu.db.models import Instance, Snapshot, User
+from danlu.core.errors import Conflict, DanluError, InvalidInput, NotFound
+from danlu.core.money import format_minor
+from danlu.db.models import AllocationRow, Instance, Snapshot, User
 
 SNAPSHOT_ID_PREFIX = "s-"
 
@@ -43,10 +48,22 @@ class SnapshotView:
     size_bytes: int
     added_bytes: int
     created_at_ms: int
+    per_day_minor: int = 0  # what keeping it costs a day, at the price it was taken at (0: free)
+    currency: str | None = None  # of that price (None: free)
+
+    @property
+    def per_day(self) -> str:
+        """``per_day_minor`` as an amount ("0.10"); "0" when free."""
+        return format_minor(self.per_day_minor, self.currency) if self.currency else "0"
 
 
-def _view(row: Snapshot) -> SnapshotView:
-    return SnapshotView(row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms)
+def _view(row: Snapshot, alloc: AllocationRow | None = None) -> SnapshotView:
+    if alloc is None:
+        return SnapshotView(row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms)
+    per_day = cumulative_cost(storage.storage_rate(alloc.price_per_hour_minor, alloc.gpu_count, 0), storage.DAY_S)
+    return SnapshotView(
+        row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms, per_day, alloc.currency
+    )
 
 
 def _repo(p: Platform, account_id: int) -> tuple[Path, Path]:
@@ -93,6 +110,7 @@ def create(p: Platform, user: User, instance_id: str, name: str = "") -> Snapsho
     summary = next((m for m in map(_json, out.splitlines()) if m.get("message_type") == "summary"), None)
     if summary is None or not summary.get("snapshot_id"):
         raise SnapshotFailed("snapshot_failed", "restic backup gave no snapshot id")
+    size = int(str(summary.get("total_bytes_processed", 0)))  # restic read every file once
     row = Snapshot(
         id=SNAPSHOT_ID_PREFIX + secrets.token_hex(5),
         user_id=user.id,
@@ -100,14 +118,33 @@ def create(p: Platform, user: User, instance_id: str, name: str = "") -> Snapsho
         instance_id=instance_id,
         name=name,
         restic_id=str(summary["snapshot_id"]),
-        size_bytes=int(str(summary.get("total_bytes_processed", 0))),  # restic read every file once
+        size_bytes=size,
         added_bytes=int(str(summary.get("data_added", 0))),
         created_at_ms=p.clock.now_ms(),
     )
     with p.db.write() as s:
-        s.add(row)
-        s.flush()
-        return _view(row)
+        lock_billing_account(s, account)  # serialises the account's snapshots: its quota holds across them
+        pol = storage.policy(s)
+        kept = int(s.scalar(select(func.sum(Snapshot.size_bytes)).where(Snapshot.billing_account_id == account)) or 0)
+        over = pol.snapshot_quota_gb and kept + size > pol.snapshot_quota_gb * storage.MIB * storage.MIB_PER_GB
+        if not over:
+            s.add(row)
+            source = s.get(Instance, instance_id)
+            assert source is not None
+            alloc = open_stored(s, source, storage.SNAPSHOT_MODEL, size, row.created_at_ms)  # billed from now
+            row.allocation_id = alloc.id if alloc is not None else None
+            s.flush()
+            return _view(row, alloc)
+    _restic(p, repo, key, "forget", "--prune", row.restic_id)  # not kept: nothing of it stays stored
+    raise Conflict(
+        "snapshot_quota_exceeded",
+        f"this snapshot ({_gib(size)}) and the account's others ({_gib(kept)}) exceed its snapshot quota of "
+        f"{pol.snapshot_quota_gb} GB; remove snapshots you no longer need (`danlu snapshot rm ID`)",
+    )
+
+
+def _gib(size: int) -> str:
+    return f"{size / (storage.MIB * storage.MIB_PER_GB):.2f} GB"
 
 
 def _json(line: str) -> dict[str, object]:
@@ -120,8 +157,13 @@ def _json(line: str) -> dict[str, object]:
 
 def list_snapshots(p: Platform, user: User) -> list[SnapshotView]:
     with p.db.read() as s:
-        rows = s.scalars(select(Snapshot).where(Snapshot.user_id == user.id).order_by(Snapshot.created_at_ms))
-        return [_view(r) for r in rows]
+        rows = s.execute(
+            select(Snapshot, AllocationRow)
+            .outerjoin(AllocationRow, AllocationRow.id == Snapshot.allocation_id)
+            .where(Snapshot.user_id == user.id)
+            .order_by(Snapshot.created_at_ms)
+        ).all()
+        return [_view(r, a) for r, a in rows]
 
 
 def _owned(p: Platform, user: User, snapshot_id: str) -> Snapshot:
@@ -139,8 +181,10 @@ def remove(p: Platform, user: User, snapshot_id: str) -> None:
     repo, key = _repo(p, row.billing_account_id)
     _restic(p, repo, key, "forget", "--prune", row.restic_id)
     with p.db.write() as s:
-        gone = s.get(Snapshot, snapshot_id)
+        gone = s.get(Snapshot, snapshot_id, with_for_update=True)
         if gone is not None:
+            if gone.allocation_id is not None:  # billed up to its removal
+                close_stored(s, gone.billing_account_id, gone.allocation_id, p.clock.now_ms())
             s.delete(gone)
 
 

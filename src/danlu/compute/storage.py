@@ -57,15 +57,26 @@ def measure_stored(p: Platform) -> int:
 
 
 def _open(session: Session, inst: Instance, size: int, since_ms: int) -> int:
-    row = current_plan(session, storage.MODEL, storage.PLAN)
+    alloc = open_stored(session, inst, storage.MODEL, size, since_ms)
+    if alloc is None:
+        return 0
+    inst.storage_allocation_id = alloc.id
+    return 1
+
+
+def open_stored(session: Session, inst: Instance, model: str, size: int, since_ms: int) -> AllocationRow | None:
+    """A storage allocation of ``size`` bytes (in MiB) at ``model``'s current storage price (``workspace``: a
+    stopped rental's; ``snapshot``: one of its snapshots), billed to the instance's payer from ``since_ms``;
+    None where that storage is free or nothing is stored."""
+    row = current_plan(session, model, storage.PLAN)
     if row is None or row.price_per_hour_minor == 0 or storage.mib(size) == 0:
-        return 0  # storage made free since the stop, or nothing stored
+        return None  # storage made free since the stop, or nothing stored
     alloc = AllocationRow(
         instance_id=inst.id,
         user_id=inst.user_id,
         billing_account_id=inst.billing_account_id,
         host_id=inst.host_id,
-        gpu_model=storage.MODEL,
+        gpu_model=model,
         gpu_count=storage.mib(size),
         gpu_indices="",
         plan=storage.PLAN,
@@ -82,8 +93,7 @@ def _open(session: Session, inst: Instance, size: int, since_ms: int) -> int:
     )
     session.add(alloc)
     session.flush()
-    inst.storage_allocation_id = alloc.id
-    return 1
+    return alloc
 
 
 def end_storage(session: Session, inst: Instance, end_ms: int) -> None:
@@ -93,9 +103,14 @@ def end_storage(session: Session, inst: Instance, end_ms: int) -> None:
     inst.storage_measure_from_ms = None  # not measured yet: nothing was billed
     if inst.storage_allocation_id is None:
         return
-    lock_billing_account(session, inst.billing_account_id)
-    alloc = session.get(AllocationRow, inst.storage_allocation_id, populate_existing=True)
-    inst.storage_allocation_id = None
+    alloc_id, inst.storage_allocation_id = inst.storage_allocation_id, None
+    close_stored(session, inst.billing_account_id, alloc_id, end_ms)
+
+
+def close_stored(session: Session, account_id: int, alloc_id: int, end_ms: int) -> None:
+    """End a storage allocation at ``end_ms`` and bill it to there, under its payer's lock."""
+    lock_billing_account(session, account_id)
+    alloc = session.get(AllocationRow, alloc_id, populate_existing=True)
     if alloc is None:
         return
     if alloc.ended_at_ms is None:

@@ -135,10 +135,12 @@ TEMPLATES = [
     N_("{what} and {n} more"),
     N_("{instance} ({count}× {model}, {seconds} s, {period})"),
     N_("{instance} ({mib} MiB stored workspace, {seconds} s, {period})"),
+    N_("{instance} ({mib} MiB snapshot, {seconds} s, {period})"),
     N_("{first}, {what}"),
     # Invoice lines.
     N_("{count} x {model} {plan}, instance {instance}"),
     N_("{mib} MiB stored workspace (price per GB-month), instance {instance}"),
+    N_("{mib} MiB snapshot (price per GB-month), instance {instance}"),
     N_("adjustment for {period}: {why}"),
     N_("{term} ({label}) of {count} x {model}, hold {hold}, {start} to {end}"),
     N_("refund of {term} hold {hold}, cancelled by {user} at {when} after {seconds} s: unused {unused} less fee {fee}"),

@@ -33,6 +33,10 @@ class SnapshotOut(BaseModel):
     size_bytes: int = Field(description="the workspace's files, as a restore gives them back")
     added_bytes: int = Field(description="new data it stored; the rest was already in your earlier snapshots")
     created_at: str | None
+    cost_per_day: str = Field(
+        "0", description="what keeping it costs a day (billed per second, per GB-month of size_bytes; 0: free)"
+    )
+    currency: str | None = Field(None, description="of cost_per_day; null where snapshots are free")
 
     @classmethod
     def of(cls, v: snapshots.SnapshotView) -> SnapshotOut:
@@ -43,6 +47,8 @@ class SnapshotOut(BaseModel):
             size_bytes=v.size_bytes,
             added_bytes=v.added_bytes,
             created_at=iso(v.created_at_ms),
+            cost_per_day=v.per_day,
+            currency=v.currency,
         )
 
 

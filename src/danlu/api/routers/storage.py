@@ -1,4 +1,5 @@
-"""The operator's stopped-storage policy (``/admin/storage``): price per GB-month, warning, release."""
+"""The operator's storage policy (``/admin/storage``): stopped workspaces' price per GB-month, warning and
+release; snapshots' price per GB-month and quota per account."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def _out(pol: svc.StoragePolicy) -> StorageOut:
         warn_after=format_duration(pol.warn_after_s * 1000) or "",
         release_after=format_duration(pol.release_after_s * 1000) or "",
         currency=pol.currency,
+        snapshot_price_gb_month=format_minor(pol.snapshot_price_gb_month_minor, pol.currency),
+        snapshot_quota_gb=pol.snapshot_quota_gb,
     )
 
 
@@ -40,5 +43,7 @@ def configure(body: StorageIn, p: PlatformDep, _admin: AdminUser) -> StorageOut:
         price_gb_month=body.price_gb_month,
         warn_after_s=_seconds(body.warn_after),
         release_after_s=_seconds(body.release_after),
+        snapshot_price_gb_month=body.snapshot_price_gb_month,
+        snapshot_quota_gb=body.snapshot_quota_gb,
     )
     return _out(policy)

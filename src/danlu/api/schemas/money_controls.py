@@ -191,6 +191,12 @@ class StorageIn(Strict):
     release_after: Annotated[str, Field(pattern=RETENTION), _BAD_RETENTION] | None = Field(
         None, description="This long after the warning the workspace is released"
     )
+    snapshot_price_gb_month: Amount | None = Field(
+        None, description="What a kept snapshot costs per GB-month of what it restores (0: free)"
+    )
+    snapshot_quota_gb: int | None = Field(
+        None, description="Each billing account's snapshots together, in GB as restored (0: no quota)"
+    )
 
 
 class StorageOut(BaseModel):
@@ -198,3 +204,5 @@ class StorageOut(BaseModel):
     warn_after: str
     release_after: str
     currency: str
+    snapshot_price_gb_month: str = Field(description="Per GB-month of what a snapshot restores, from its creation")
+    snapshot_quota_gb: int = Field(description="Per billing account, as restored; 0: no quota")

@@ -181,6 +181,9 @@ class Snapshot(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)  # the workspace's files, as restored
     added_bytes: Mapped[int] = mapped_column(BigInteger)  # new data this snapshot stored (the rest was there)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    # Where snapshots are priced: the storage allocation billing it (plan "storage", model "snapshot", MiB of
+    # size_bytes) from its creation to its removal (migration 0026)
+    allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Image(Base):
