@@ -185,6 +185,9 @@ def test_stopped_storage_policy_and_what_an_instance_shows(live: LiveServer) -> 
             {"snapshot_price_gb_month": "abc"},
             {"snapshot_quota_gb": -1},
             {"snapshot_quota_gb": 10**9},
+            {"snapshot_retention": "12h"},
+            {"snapshot_retention": "9999d"},
+            {"snapshot_before_release": "maybe"},
         )
         for body in bad:
             r = adm.put("/admin/storage", json=body)
@@ -199,9 +202,13 @@ def test_stopped_storage_policy_and_what_an_instance_shows(live: LiveServer) -> 
             "currency": "CNY",
             "snapshot_price_gb_month": "0.00",
             "snapshot_quota_gb": 0,
+            "snapshot_retention": "0",
+            "snapshot_before_release": False,
         }
         r = adm.put("/admin/storage", json={"snapshot_price_gb_month": "0.10", "snapshot_quota_gb": 50})
         assert (r.json()["snapshot_price_gb_month"], r.json()["snapshot_quota_gb"]) == ("0.10", 50)
+        r = adm.put("/admin/storage", json={"snapshot_retention": "90d", "snapshot_before_release": True})
+        assert (r.json()["snapshot_retention"], r.json()["snapshot_before_release"]) == ("90d", True)
         assert adm.put("/admin/storage", json={"release_after": "36h"}).json()["release_after"] == "36h"
 
         iid = rent(sam)

@@ -65,12 +65,13 @@ def test_each_tick_runs_the_due_phases_in_order_and_a_failure_stops_none(
     assert ran == [*EVERY_TICK[:3], "sample", *EVERY_TICK[3:], "meter", "invoices"]
     fake_clock.advance(seconds=50)
     ran.clear()
-    loop.run_once()  # a minute on: samples fold, hints, and the alerts come with the meter pass
+    loop.run_once()  # a minute on: snapshots, samples fold, hints, and the alerts come with the meter pass
     assert ran == [
         *EVERY_TICK[:3],
         "sample",
         "idle",
         "storage",
+        "snapshots",
         "retention",
         "hints",
         "webhooks",

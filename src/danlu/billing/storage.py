@@ -35,6 +35,8 @@ SECONDS_PER_UNIT = MONTH_S * MIB_PER_GB  # the price is per GB-month; one unit i
 DAY_S = 86_400
 WARN_KEY, RELEASE_KEY = "storage_warn_after_s", "storage_release_after_s"
 SNAPSHOT_QUOTA_KEY = "snapshot_quota_gb"  # per billing account; 0: no quota
+SNAPSHOT_RETENTION_KEY = "snapshot_retention_s"  # a snapshot is removed this long after it was taken; 0: kept
+SNAPSHOT_BEFORE_RELEASE_KEY = "snapshot_before_release"  # 1: a workspace due for release is snapshotted first
 MAX_SNAPSHOT_QUOTA_GB = 1_000_000
 DEFAULT_WARN_S, DEFAULT_RELEASE_S = 7 * DAY_S, 7 * DAY_S
 
@@ -47,6 +49,8 @@ class StoragePolicy:
     currency: str
     snapshot_price_gb_month_minor: int = 0
     snapshot_quota_gb: int = 0  # each billing account's snapshots together, as restored; 0: none
+    snapshot_retention_s: int = 0  # a snapshot goes this long after it was taken (warned first); 0: kept
+    snapshot_before_release: bool = False  # a workspace due for release is snapshotted first
 
     def per_day_minor(self, size_bytes: int) -> int:
         return cumulative_cost(storage_rate(self.price_gb_month_minor, mib(size_bytes), 0), DAY_S)
@@ -75,6 +79,8 @@ def policy(s: Session) -> StoragePolicy:
         currency(s),
         snapshots.price_per_hour_minor if snapshots is not None else 0,
         _int_setting(s, SNAPSHOT_QUOTA_KEY, 0),
+        _int_setting(s, SNAPSHOT_RETENTION_KEY, 0),
+        bool(_int_setting(s, SNAPSHOT_BEFORE_RELEASE_KEY, 0)),
     )
 
 
@@ -94,12 +100,16 @@ def configure(
     release_after_s: int | None = None,
     snapshot_price_gb_month: str | None = None,
     snapshot_quota_gb: int | None = None,
+    snapshot_retention_s: int | None = None,
+    snapshot_before_release: bool | None = None,
 ) -> StoragePolicy:
     """The operator's storage prices (stopped workspaces, snapshots), retention periods (each at least an
     hour, at most a year) and snapshot quota per account. A new price applies to what is stored from now."""
     for name, value in (("--warn-after", warn_after_s), ("--release-after", release_after_s)):
         if value is not None and not 3600 <= value <= 366 * DAY_S:
             raise InvalidInput("invalid_storage_policy", f"{name} is from 1 hour to 366 days")
+    if snapshot_retention_s and not DAY_S <= snapshot_retention_s <= 3660 * DAY_S:
+        raise InvalidInput("invalid_storage_policy", "--snapshot-retention is 0 (kept) or from 1 day to 3660 days")
     if snapshot_quota_gb is not None and not 0 <= snapshot_quota_gb <= MAX_SNAPSHOT_QUOTA_GB:
         raise InvalidInput(
             "invalid_storage_policy", f"--snapshot-quota-gb is from 0 (no quota) to {MAX_SNAPSHOT_QUOTA_GB:,} GB"
@@ -114,6 +124,10 @@ def configure(
                 record_price(s, model, PLAN, parse_amount(price, cur, field=what), cur, p.clock.now_ms())
         if snapshot_quota_gb is not None:
             _set(s, SNAPSHOT_QUOTA_KEY, snapshot_quota_gb)
+        if snapshot_retention_s is not None:
+            _set(s, SNAPSHOT_RETENTION_KEY, snapshot_retention_s)
+        if snapshot_before_release is not None:
+            _set(s, SNAPSHOT_BEFORE_RELEASE_KEY, int(snapshot_before_release))
         if warn_after_s is not None:
             _set(s, WARN_KEY, warn_after_s)
         if release_after_s is not None:

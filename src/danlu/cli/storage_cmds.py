@@ -21,7 +21,9 @@ def _say(d: dict[str, Any], as_json: bool) -> None:
             f"stopped storage: {d['price_gb_month']} {d['currency']} per GB-month; warned after "
             f"{d['warn_after']} stopped, released {d['release_after']} after the warning; snapshots: "
             f"{d['snapshot_price_gb_month']} {d['currency']} per GB-month, quota "
-            + (f"{d['snapshot_quota_gb']} GB per account" if d["snapshot_quota_gb"] else "none"),
+            + (f"{d['snapshot_quota_gb']} GB per account" if d["snapshot_quota_gb"] else "none")
+            + (f", kept {d['snapshot_retention']}" if d["snapshot_retention"] != "0" else ", kept until removed")
+            + ("; a workspace due for release is snapshotted first" if d["snapshot_before_release"] else ""),
             markup=False,
             highlight=False,
             soft_wrap=True,
@@ -37,6 +39,14 @@ def storage_set(
         None, "--snapshot-price-gb-month", help="Per GB-month of a kept snapshot (as restored), e.g. 0.10."
     ),
     snapshot_quota_gb: int = typer.Option(None, "--snapshot-quota-gb", help="Per account, in GB; 0: no quota."),
+    snapshot_retention: str = typer.Option(
+        None, "--snapshot-retention", help="Remove snapshots this long after they were taken: 90d; 0 keeps them."
+    ),
+    snapshot_before_release: bool = typer.Option(
+        None,
+        "--snapshot-before-release/--no-snapshot-before-release",
+        help="Snapshot a stopped workspace due for release first.",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Change the storage policy (only what is given)."""
@@ -46,6 +56,8 @@ def storage_set(
         "release_after": release_after,
         "snapshot_price_gb_month": snapshot_price_gb_month,
         "snapshot_quota_gb": snapshot_quota_gb,
+        "snapshot_retention": snapshot_retention,
+        "snapshot_before_release": snapshot_before_release,
     }
     _say(Client().put("/admin/storage", json={k: v for k, v in body.items() if v is not None}), as_json)
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
@@ -34,11 +33,10 @@ from danlu.backend import RunState
 from danlu.billing import storage, vouchers
 from danlu.billing.caps import hard_caps, in_scope
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
-from danlu.compute import fstree, hold_ends
+from danlu.compute import hold_ends
 from danlu.compute.instances import is_launching, policy_stop, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
-from danlu.compute.sandbox import volume
-from danlu.compute.storage import end_storage
+from danlu.compute.storage import release_workspace
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict
@@ -346,28 +344,9 @@ def storage_retention(p: Platform) -> tuple[int, int]:
                 )
                 warned += 1
         elif warned_at is not None and now - int(warned_at) >= pol.release_after_s * 1000:
-            with p.db.write() as s:
-                inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
-                if inst is None or inst.storage_warned_at_ms is None or inst.workspace_released_at_ms is not None:
-                    continue
-                end_storage(s, inst, now)
-                inst.workspace_released_at_ms = now
-                inst.status_reason = f"workspace released at {iso(now)} (stopped past the retention period)"
-                s.add(
-                    Event(
-                        user_id=inst.user_id,
-                        billing_account_id=inst.billing_account_id,
-                        instance_id=inst.id,
-                        kind="storage_released",
-                        message=f"{inst.id}'s workspace was released, as warned at {iso(warned_at)}",
-                        at_ms=now,
-                    )
-                )
-                workspace = inst.workspace
-            p.end_transfers(inst_id)
-            volume.release(Path(workspace))
-            fstree.remove_tree(workspace)
-            released += 1
+            if pol.snapshot_before_release:  # the snapshots phase releases it, once its snapshot is taken
+                continue
+            released += release_workspace(p, inst_id, now)
     return warned, released
 
 

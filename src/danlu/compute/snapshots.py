@@ -13,6 +13,7 @@ were. Only a rental that is not running is snapshotted: nothing writes while res
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -26,14 +27,16 @@ from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
 from danlu.billing.rating import cumulative_cost
 from danlu.compute import fstree
-from danlu.compute.storage import close_stored, open_stored
+from danlu.compute.storage import close_stored, due_for_release, open_stored, release_workspace
 from danlu.compute.views import resting_workspace
 from danlu.context import Platform
+from danlu.core.clock import iso
 from danlu.core.errors import Conflict, DanluError, InvalidInput, NotFound
 from danlu.core.money import format_minor
-from danlu.db.models import AllocationRow, Instance, Snapshot, User
+from danlu.db.models import AllocationRow, Event, Instance, Snapshot, User
 
 SNAPSHOT_ID_PREFIX = "s-"
+log = logging.getLogger(__name__)
 
 
 class SnapshotFailed(DanluError):
@@ -104,6 +107,10 @@ def create(p: Platform, user: User, instance_id: str, name: str = "") -> Snapsho
     with p.db.read() as s:
         inst = resting_workspace(s, user, instance_id, "snapshotted")
         account, workspace = inst.billing_account_id, Path(inst.workspace)
+    return _take(p, user.id, account, instance_id, workspace, name)
+
+
+def _take(p: Platform, user_id: int, account: int, instance_id: str, workspace: Path, name: str) -> SnapshotView:
     workspace.mkdir(parents=True, exist_ok=True)
     repo, key = _repo(p, account)
     out = _restic(p, repo, key, "backup", "--json", "--host", "danlu", "--tag", instance_id, str(workspace))
@@ -113,7 +120,7 @@ def create(p: Platform, user: User, instance_id: str, name: str = "") -> Snapsho
     size = int(str(summary.get("total_bytes_processed", 0)))  # restic read every file once
     row = Snapshot(
         id=SNAPSHOT_ID_PREFIX + secrets.token_hex(5),
-        user_id=user.id,
+        user_id=user_id,
         billing_account_id=account,
         instance_id=instance_id,
         name=name,
@@ -177,15 +184,98 @@ def _owned(p: Platform, user: User, snapshot_id: str) -> Snapshot:
 
 def remove(p: Platform, user: User, snapshot_id: str) -> None:
     """Forget the snapshot and prune what only it held."""
-    row = _owned(p, user, snapshot_id)
+    _remove(p, _owned(p, user, snapshot_id))
+
+
+def _remove(p: Platform, row: Snapshot, event: Event | None = None) -> None:
     repo, key = _repo(p, row.billing_account_id)
     _restic(p, repo, key, "forget", "--prune", row.restic_id)
     with p.db.write() as s:
-        gone = s.get(Snapshot, snapshot_id, with_for_update=True)
+        gone = s.get(Snapshot, row.id, with_for_update=True)
         if gone is not None:
             if gone.allocation_id is not None:  # billed up to its removal
                 close_stored(s, gone.billing_account_id, gone.allocation_id, p.clock.now_ms())
             s.delete(gone)
+            if event is not None:
+                s.add(event)
+
+
+def before_release(p: Platform) -> tuple[int, int]:
+    """The ``snapshots`` phase, where the operator asks for it (``--snapshot-before-release``): each stopped
+    rental whose workspace is due for release is snapshotted, then released, the event naming the snapshot.
+    One that cannot be snapshotted (restic failed, the account's quota) is kept, retried each pass, and logged:
+    nothing is released unsaved. Returns (snapshotted and released, failed)."""
+    now = p.clock.now_ms()
+    with p.db.read() as s:
+        if not storage.policy(s).snapshot_before_release:
+            return 0, 0
+    done = failed = 0
+    for inst_id in due_for_release(p, now):
+        with p.db.read() as s:
+            inst = s.get(Instance, inst_id)
+            if inst is None:
+                continue
+            user_id, account, workspace = inst.user_id, inst.billing_account_id, Path(inst.workspace)
+        try:
+            snap = _take(p, user_id, account, inst_id, workspace, "before release")
+        except DanluError as exc:
+            log.warning("could not snapshot %s before its release (kept, retried): %s", inst_id, exc.message)
+            failed += 1
+            continue
+        done += release_workspace(p, inst_id, p.clock.now_ms(), snap.id)
+    return done, failed
+
+
+def retention(p: Platform) -> tuple[int, int]:
+    """The ``snapshots`` phase: with a snapshot retention period, warn each snapshot's renter ``release_after``
+    (the storage policy's notice) before its end, and remove it at its end — never sooner than that notice
+    after the warning. Returns (warned, removed)."""
+    now = p.clock.now_ms()
+    with p.db.read() as s:
+        pol = storage.policy(s)
+        if pol.snapshot_retention_s == 0:
+            return 0, 0
+        keep_ms, notice_ms = pol.snapshot_retention_s * 1000, pol.release_after_s * 1000
+        rows = list(s.scalars(select(Snapshot).where(Snapshot.created_at_ms <= now - keep_ms + notice_ms)))
+        s.expunge_all()
+    warned = removed = 0
+    for row in rows:
+        if row.warned_at_ms is None:
+            when = iso(max(row.created_at_ms + keep_ms, now + notice_ms))
+            with p.db.write() as s:
+                live = s.get(Snapshot, row.id, with_for_update=True)
+                if live is None or live.warned_at_ms is not None:
+                    continue
+                live.warned_at_ms = now
+                message = (
+                    f"snapshot {live.id} of {live.instance_id} will be removed at {when}, at the end of its retention "
+                    f"period; rent from it to keep what you need (`danlu rent --from {live.id}`)"
+                )
+                s.add(_event(live, "snapshot_retention_warning", now, message))
+            warned += 1
+        elif now >= max(row.created_at_ms + keep_ms, row.warned_at_ms + notice_ms):
+            message = (
+                f"snapshot {row.id} of {row.instance_id} was removed at the end of its retention period, as warned "
+                f"at {iso(row.warned_at_ms)}"
+            )
+            try:
+                _remove(p, row, _event(row, "snapshot_removed", now, message))
+            except DanluError as exc:
+                log.warning("could not remove snapshot %s at the end of its retention: %s", row.id, exc.message)
+                continue
+            removed += 1
+    return warned, removed
+
+
+def _event(row: Snapshot, kind: str, now: int, message: str) -> Event:
+    return Event(
+        user_id=row.user_id,
+        billing_account_id=row.billing_account_id,
+        instance_id=row.instance_id,
+        kind=kind,
+        message=message,
+        at_ms=now,
+    )
 
 
 def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> int:

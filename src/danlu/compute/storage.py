@@ -1,9 +1,13 @@
 """A stopped rental's kept workspace (docs/billing.md "Stopped storage"): when the instance stops with its
 workspace kept, the workspace is measured and billed per MiB at the storage plan's price from then on (a
 storage allocation), until it starts again, is removed or released. ``start_storage``/``end_storage`` are
-called by ``instances.transition`` inside its transaction; ``measure_stored`` is the loop's ``storage`` phase."""
+called by ``instances.transition`` inside its transaction; ``measure_stored`` is the loop's ``storage`` phase;
+``release_workspace`` ends a warned workspace (the meter's retention pass, or the snapshots phase after its
+snapshot). ``open_stored``/``close_stored`` are any storage allocation's, snapshots' too."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -12,9 +16,13 @@ from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
 from danlu.billing.metering import meter_account
 from danlu.billing.price_plans import current_plan
+from danlu.compute import fstree
+from danlu.compute.lifecycle import KEEPS_WORKSPACE
+from danlu.compute.sandbox import volume
 from danlu.compute.views import workspace_bytes
 from danlu.context import Platform
-from danlu.db.models import AllocationRow, Instance
+from danlu.core.clock import iso
+from danlu.db.models import AllocationRow, Event, Instance
 
 
 def start_storage(session: Session, inst: Instance, now_ms: int) -> None:
@@ -118,3 +126,51 @@ def close_stored(session: Session, account_id: int, alloc_id: int, end_ms: int) 
         session.flush()
     if not alloc.settled:
         meter_account(session, alloc.billing_account_id, [alloc], max(end_ms, alloc.billed_until_ms))
+
+
+def due_for_release(p: Platform, now: int) -> list[str]:
+    """Stopped rentals whose workspace's warning is ``release_after`` old (the release is due)."""
+    with p.db.read() as s:
+        pol = storage.policy(s)
+        return list(
+            s.scalars(
+                select(Instance.id).where(
+                    Instance.storage_warned_at_ms.is_not(None),
+                    Instance.storage_warned_at_ms <= now - pol.release_after_s * 1000,
+                    Instance.workspace_released_at_ms.is_(None),
+                    Instance.status.in_([st.value for st in KEEPS_WORKSPACE]),
+                    Instance.job_id.is_(None),
+                )
+            )
+        )
+
+
+def release_workspace(p: Platform, inst_id: str, now: int, snapshot_id: str | None = None) -> int:
+    """Release a warned stopped rental's workspace: storage billing ends, its files go (``snapshot_id``: the
+    snapshot taken of it first, named in the event). Returns 1, or 0 where it was started or released since."""
+    with p.db.write() as s:
+        inst = s.get(Instance, inst_id, with_for_update=True, populate_existing=True)
+        if inst is None or inst.storage_warned_at_ms is None or inst.workspace_released_at_ms is not None:
+            return 0
+        warned_at = inst.storage_warned_at_ms
+        end_storage(s, inst, now)
+        inst.workspace_released_at_ms = now
+        inst.status_reason = f"workspace released at {iso(now)} (stopped past the retention period)"
+        message = f"{inst.id}'s workspace was released, as warned at {iso(warned_at)}"
+        if snapshot_id is not None:
+            message += f"; snapshot {snapshot_id} keeps it (`danlu rent --from {snapshot_id}`)"
+        s.add(
+            Event(
+                user_id=inst.user_id,
+                billing_account_id=inst.billing_account_id,
+                instance_id=inst.id,
+                kind="storage_released",
+                message=message,
+                at_ms=now,
+            )
+        )
+        workspace = inst.workspace
+    p.end_transfers(inst_id)
+    volume.release(Path(workspace))
+    fstree.remove_tree(workspace)
+    return 1

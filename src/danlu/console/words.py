@@ -22,7 +22,8 @@ OTHER = [
 # console shows each in the page's language, the kind itself in its title (the word webhooks and the CLI use).
 EVENT_KINDS = [
     N_("idle_warning"), N_("idle_stop"), N_("max_duration"), N_("budget_threshold"), N_("hold_expired"),
-    N_("hold_cancelled"), N_("storage_retention_warning"), N_("storage_released"), N_("member_removed"),
+    N_("hold_cancelled"), N_("storage_retention_warning"), N_("storage_released"), N_("snapshot_retention_warning"),
+    N_("snapshot_removed"), N_("member_removed"),
     N_("schedule_stop"), N_("schedule_start"), N_("schedule_failed"), N_("preemption_notice"), N_("low_balance"),
     N_("voucher_expiring"), N_("efficiency_hint"), N_("budget_stop"), N_("balance_stop"),
 ]  # fmt: skip

@@ -122,6 +122,15 @@ TEMPLATES = [
     ),
     N_("{instance}'s workspace was released, as warned at {when}"),
     N_(
+        "{instance}'s workspace was released, as warned at {when}; snapshot {snapshot} keeps it "
+        "(`danlu rent --from {snapshot}`)"
+    ),
+    N_(
+        "snapshot {snapshot} of {instance} will be removed at {when}, at the end of its retention period; rent from "
+        "it to keep what you need (`danlu rent --from {snapshot}`)"
+    ),
+    N_("snapshot {snapshot} of {instance} was removed at the end of its retention period, as warned at {when}"),
+    N_(
         "{member} left team {team}; instance {instance} still runs on the team's account until an owner or admin "
         "stops it (`danlu stop {instance}`)"
     ),
@@ -170,6 +179,7 @@ _SLOT = re.compile(r"\{(\w+)\}")
 _SHAPES = {
     "instance": r"[ij]-[0-9a-z]+",
     "hold": r"h-[0-9a-z]+",
+    "snapshot": r"s-[0-9a-f]+",
     "n": r"[0-9]+",
     "count": r"[0-9]+",
     "code": r"-?[0-9]+",

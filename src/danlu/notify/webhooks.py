@@ -49,6 +49,8 @@ KINDS = (
     "hold_cancelled",
     "storage_retention_warning",
     "storage_released",
+    "snapshot_retention_warning",
+    "snapshot_removed",
     "member_removed",
     "schedule_stop",
     "schedule_start",

@@ -18,6 +18,7 @@ from functools import partial
 from typing import TypeVar
 
 from danlu.billing.invoices import finalize_due
+from danlu.compute import snapshots
 from danlu.compute.reconcile import MeterReport, TickReport, meter_all, reconcile
 from danlu.compute.schedules import run_due
 from danlu.compute.storage import measure_stored
@@ -194,6 +195,9 @@ PHASES: tuple[Phase, ...] = (
     ),
     Phase("storage", Cadence.TICK, lambda loop, t: measure_stored(loop.p), "measure workspaces stopped since the "
           "last tick (outside any transaction) and bill their storage from the stop"),
+    Phase("snapshots", Cadence.MINUTE, lambda loop, t: (snapshots.before_release(loop.p), snapshots.retention(loop.p)),
+          "snapshot workspaces due for release, then release them (--snapshot-before-release); warn of and remove "
+          "snapshots at the end of their retention"),
     Phase("retention", Cadence.MINUTE, lambda loop, t: downsample(loop.p, loop.p.settings.retention), "fold samples"),
     Phase("hints", Cadence.MINUTE, lambda loop, t: efficiency.emit(loop.p), "low GPU use with a busy process"),
     Phase("webhooks", Cadence.TICK, lambda loop, t: enqueue(loop.p), "a delivery row per new event and webhook"),

@@ -23,6 +23,8 @@ def _out(pol: svc.StoragePolicy) -> StorageOut:
         currency=pol.currency,
         snapshot_price_gb_month=format_minor(pol.snapshot_price_gb_month_minor, pol.currency),
         snapshot_quota_gb=pol.snapshot_quota_gb,
+        snapshot_retention=f"{pol.snapshot_retention_s // svc.DAY_S}d" if pol.snapshot_retention_s else "0",
+        snapshot_before_release=pol.snapshot_before_release,
     )
 
 
@@ -45,5 +47,9 @@ def configure(body: StorageIn, p: PlatformDep, _admin: AdminUser) -> StorageOut:
         release_after_s=_seconds(body.release_after),
         snapshot_price_gb_month=body.snapshot_price_gb_month,
         snapshot_quota_gb=body.snapshot_quota_gb,
+        snapshot_retention_s=None
+        if body.snapshot_retention is None
+        else int(body.snapshot_retention.rstrip("d")) * svc.DAY_S,
+        snapshot_before_release=body.snapshot_before_release,
     )
     return _out(policy)

@@ -181,6 +181,13 @@ _BAD_RETENTION = limited(
 )
 
 
+SNAPSHOT_RETENTION = r"^(0|[1-9][0-9]{0,3}d)$"
+_BAD_SNAPSHOT_RETENTION = limited(
+    "invalid_storage_policy", "a snapshot retention is days such as 90d (1d to 3660d), or 0 to keep them",
+    pattern=SNAPSHOT_RETENTION,
+)  # fmt: skip
+
+
 class StorageIn(Strict):
     """Only the fields given change. Each period is 1 hour to 366 days, in hours or days."""
 
@@ -197,6 +204,14 @@ class StorageIn(Strict):
     snapshot_quota_gb: int | None = Field(
         None, description="Each billing account's snapshots together, in GB as restored (0: no quota)"
     )
+    snapshot_retention: Annotated[str, Field(pattern=SNAPSHOT_RETENTION), _BAD_SNAPSHOT_RETENTION] | None = Field(
+        None,
+        description="A snapshot is removed this long after it was taken, warned release_after before: 90d (1d to "
+        "3660d), or 0 to keep snapshots until their renter removes them",
+    )
+    snapshot_before_release: bool | None = Field(
+        None, description="Snapshot a stopped workspace due for release first (priced and within quota as any snapshot)"
+    )
 
 
 class StorageOut(BaseModel):
@@ -206,3 +221,5 @@ class StorageOut(BaseModel):
     currency: str
     snapshot_price_gb_month: str = Field(description="Per GB-month of what a snapshot restores, from its creation")
     snapshot_quota_gb: int = Field(description="Per billing account, as restored; 0: no quota")
+    snapshot_retention: str = Field(description="How long a snapshot is kept (e.g. 90d); 0: until removed")
+    snapshot_before_release: bool = Field(description="Whether a workspace due for release is snapshotted first")

@@ -184,6 +184,8 @@ class Snapshot(Base):
     # Where snapshots are priced: the storage allocation billing it (plan "storage", model "snapshot", MiB of
     # size_bytes) from its creation to its removal (migration 0026)
     allocation_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # When its renter was told it goes at the end of the retention period (migration 0027)
+    warned_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Image(Base):

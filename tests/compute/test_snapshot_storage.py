@@ -1,7 +1,8 @@
 """Issue 26, item 4: snapshots are priced per GB-month of what they restore, like a stopped workspace, from
 their creation to their removal, on the invoice as their own line; an account's snapshots together stay
-within the operator's quota (one over it is refused and nothing of it stays stored). Real restic, a
-recording backend and a fake clock, SQLite and PostgreSQL."""
+within the operator's quota (one over it is refused and nothing of it stays stored); a retention period
+removes them, warned first; a workspace due for release can be snapshotted first (and is kept where that
+fails). Real restic, a recording backend and a fake clock, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from danlu.billing import service as billing
 from danlu.billing import storage
 from danlu.billing.invoices import invoices_of
 from danlu.compute import instances, snapshots
-from danlu.compute.reconcile import meter_all, reconcile
+from danlu.compute.reconcile import meter_all, reconcile, storage_retention
 from danlu.context import Platform
-from danlu.core.clock import FakeClock
+from danlu.core.clock import FakeClock, iso
 from danlu.core.errors import Conflict, InvalidInput
-from danlu.db.models import AllocationRow, Instance, LedgerTransaction, User
+from danlu.db.models import AllocationRow, Event, Instance, LedgerTransaction, User
 from tests.fakes import RecordingBackend
 
 MIB = 1 << 20
@@ -135,3 +136,75 @@ def test_a_snapshot_past_the_accounts_quota_is_refused_and_not_kept(p: Platform)
 def _account(p: Platform, user: User) -> int:
     with p.db.read() as s:
         return int(s.scalars(select(Instance.billing_account_id).where(Instance.user_id == user.id)).first() or 0)
+
+
+def _events(p: Platform, kind: str) -> list[str]:
+    with p.db.read() as s:
+        return list(s.scalars(select(Event.message).where(Event.kind == kind).order_by(Event.id)))
+
+
+def test_a_snapshot_goes_at_the_end_of_its_retention_warned_first(p: Platform, fake_clock: FakeClock) -> None:
+    storage.configure(p, snapshot_retention_s=30 * DAY_S, snapshot_price_gb_month="48.00")  # notice: 7 days
+    user, inst_id = _stopped(p, "rex", 64 * MIB)
+    snap = snapshots.create(p, user, inst_id)
+    end = fake_clock.now_ms() + 30 * DAY_S * 1000
+    assert snapshots.retention(p) == (0, 0)
+    fake_clock.advance(seconds=23 * DAY_S - 1)
+    assert snapshots.retention(p) == (0, 0)
+    fake_clock.advance(seconds=1)  # 7 days before its end: the renter is told when
+    assert snapshots.retention(p) == (1, 0)
+    assert _events(p, "snapshot_retention_warning") == [
+        f"snapshot {snap.id} of {inst_id} will be removed at {iso(end)}, at the end of its retention period; "
+        f"rent from it to keep what you need (`danlu rent --from {snap.id}`)"
+    ]
+    assert snapshots.retention(p) == (0, 0)  # warned once
+    fake_clock.advance(seconds=7 * DAY_S - 1)
+    assert snapshots.retention(p) == (0, 0)
+    fake_clock.advance(seconds=1)
+    assert snapshots.retention(p) == (0, 1)
+    assert snapshots.list_snapshots(p, user) == []
+    [removed] = _events(p, "snapshot_removed")
+    assert removed.startswith(f"snapshot {snap.id} of {inst_id} was removed at the end of its retention period")
+    repo, key = snapshots._repo(p, _account(p, user))
+    assert '"id"' not in snapshots._restic(p, repo, key, "snapshots", "--json")  # gone from restic too
+    meter_all(p)
+    with p.db.read() as s:  # billed for exactly its 30 days at 0.10 a day
+        billed = s.scalars(select(AllocationRow.billed_minor).where(AllocationRow.gpu_model == "snapshot")).one()
+    assert billed == 300
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # restic's work; the money test takes both
+def test_a_workspace_due_for_release_is_snapshotted_first_or_kept(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage.configure(p, warn_after_s=3600, release_after_s=3600, snapshot_before_release=True)
+    user, inst_id = _stopped(p, "ria", MIB)
+    with p.db.read() as s:
+        workspace = Path(s.get(Instance, inst_id).workspace)  # type: ignore[union-attr]
+    (workspace / "result.txt").write_text("42\n")
+    fake_clock.advance(seconds=3600)
+    assert storage_retention(p) == (1, 0)  # warned
+    fake_clock.advance(seconds=3600)
+    assert storage_retention(p) == (0, 0)  # due, but the snapshots phase releases it, after its snapshot
+
+    real = snapshots._restic
+
+    def failing(p: Platform, repo: Path, key: Path, *args: str) -> str:
+        if args[0] == "backup":
+            raise snapshots.SnapshotFailed("snapshot_failed", "restic backup failed: disk full")
+        return real(p, repo, key, *args)
+
+    monkeypatch.setattr(snapshots, "_restic", failing)
+    assert snapshots.before_release(p) == (0, 1)
+    assert (workspace / "result.txt").read_text() == "42\n"  # kept: nothing is released unsaved
+    monkeypatch.setattr(snapshots, "_restic", real)
+    assert snapshots.before_release(p) == (1, 0)
+    [snap] = snapshots.list_snapshots(p, user)
+    assert snap.name == "before release" and snap.instance_id == inst_id
+    assert not workspace.exists()
+    [released] = _events(p, "storage_released")
+    assert released.endswith(f"; snapshot {snap.id} keeps it (`danlu rent --from {snap.id}`)")
+    restored = p.workspaces / "i-restored"
+    snapshots.restore(p, user, snap.id, restored)
+    assert (restored / "result.txt").read_text() == "42\n"
+    assert snapshots.before_release(p) == (0, 0)
