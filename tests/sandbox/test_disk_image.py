@@ -137,6 +137,40 @@ def test_a_jobs_workspace_and_checkpoints_share_one_kernel_limit(kernel_limited:
     assert volume.mount_all(kernel_limited.platform.sandbox_root) == 0 and not os.path.ismount(folder)
 
 
+def test_a_job_runs_in_a_rentals_workspace_in_place_each_folder_under_its_kernel_limit(
+    kernel_limited: LiveServer,
+) -> None:
+    """Issue 26, item 6 in the real sandbox: ``danlu run --workspace ID`` writes into the rental's own file
+    system (the rental reads it when it starts again), and the job's checkpoints are a file system of their
+    own with the same limit (outside the rental's, they would be unlimited on the host's disk)."""
+    with kernel_limited.new_user("piper") as c:
+        iid = rent(c, ["sh", "-c", "cat result.txt 2>/dev/null || echo no-result; echo ready; sleep 300"])
+        wait_for(lambda: "ready" in log_of(c, iid))
+        assert "no-result" in log_of(c, iid)
+        assert c.post(f"/instances/{iid}/stop").status_code == 200
+        wait_for(lambda: c.get(f"/instances/{iid}").json()["status"] == "stopped")
+        fill = (
+            "echo from-job > /workspace/result.txt; "
+            "i=0; while head -c 1048576 /dev/zero > /checkpoints/c$i; do i=$((i+1)); done; echo checkpoints=$i MiB"
+        )
+        body = {"command": ["sh", "-c", fill], "gpus": 1, "gpu_types": ["T4"], "workspace": iid}
+        r = c.post("/jobs", json=body)
+        assert r.status_code == 201 and r.json()["workspace_of"] == iid, r.text
+        jid = r.json()["id"]
+        done = wait_for(lambda: (v := c.get(f"/jobs/{jid}").json())["status"] in ("failed", "succeeded") and v, 60)
+        out = c.get(f"/jobs/{jid}/logs").json()["text"]
+        assert isinstance(done, dict) and done["status"] == "succeeded", (done, out)
+        assert "No space left on device" in out, out
+        assert 55 <= int(out.split("checkpoints=")[1].split()[0]) <= 66, out  # ~64 MiB: a file system of its own
+        again = c.post(f"/instances/{iid}/start")
+        assert again.status_code == 200, again.text
+        wait_for(lambda: log_of(c, iid).count("ready") == 2)
+        assert "from-job" in log_of(c, iid)  # in place: the rental sees what the job wrote
+        bad = c.post("/jobs", json={**body, "workspace": iid})  # the rental runs now: the job waits
+        assert bad.status_code == 201 and bad.json()["workspace_busy"] is True, bad.text
+        c.post(f"/jobs/{bad.json()['id']}/cancel")
+
+
 def test_a_stopped_workspace_stays_readable_on_the_host_and_is_mounted_again_after_a_reboot(
     kernel_limited: LiveServer,
 ) -> None:

@@ -14,10 +14,12 @@ import pytest
 
 from danlu.accounts.service import create_user
 from danlu.billing import service as billing
+from danlu.compute import instances, snapshots
 from danlu.compute.reconcile import reconcile
 from danlu.context import Platform
 from danlu.core.clock import SystemClock
 from danlu.core.errors import Conflict, NotFound
+from danlu.db.models import Instance
 from danlu.scheduling import jobs
 from danlu.scheduling.live import schedule_round
 from tests.conftest import LiveServer, make_platform, wait_for
@@ -228,3 +230,56 @@ def test_live_demotion_by_attained_service_resumes_from_the_checkpoint(
         log = c.get(f"/jobs/{long_job}/logs").json()["text"]
         resumed = [line for line in log.splitlines() if line.startswith("attempt 2 resumes at step")]
         assert resumed and int(resumed[0].split()[5]) >= 3
+
+
+def test_a_job_in_a_rentals_workspace_runs_there_one_writer_at_a_time(platform: Platform) -> None:
+    """Issue 26, item 6: ``danlu run --workspace ID``. The job's runs use the rental's own workspace in place
+    (not a copy): it waits while the rental runs; while it runs, the rental cannot start, be removed, copied
+    or snapshotted; a second job in the same workspace waits for the first; another renter's rental is not
+    there. Fake backend, both databases."""
+    p = platform
+    p.backend = executor = RecordingBackend()
+    billing.set_price(p, "T4", "3.60")
+    with p.db.write() as s:
+        user, _ = create_user(s, "wes", 0)
+        stranger, _ = create_user(s, "xan", 0)
+        s.expunge_all()
+    billing.admin_topup(p, "wes", "10.00", "seed")
+    billing.admin_topup(p, "xan", "10.00", "seed")
+    rental = instances.rent(p, user, "T4", 1, ["notebook"])
+    rental_handle = executor.last()
+    prep = jobs.submit(p, user, ["prep"], gpu_types=["T4"], workspace_of=rental.id)
+    train = jobs.submit(p, user, ["train"], gpu_types=["T4"], workspace_of=rental.id, after=prep.id)
+    assert schedule_round(p).started == []  # a T4 is free, but the rental runs in that workspace
+    assert jobs.show(p, user, prep.id).workspace_busy and jobs.show(p, user, prep.id).workspace_of == rental.id
+    instances.stop(p, user, rental.id)
+    executor.die(rental_handle, code=0, at_ms=p.clock.now_ms())
+    reconcile(p)
+    assert schedule_round(p).started == [prep.id]
+    spec = executor.launched[-1]
+    with p.db.read() as s:
+        workspace = s.get(Instance, rental.id).workspace  # type: ignore[union-attr]
+    assert str(spec.workspace) == workspace  # in place: the rental's own folder
+    assert spec.checkpoints == jobs.job_dir(p, prep.id) / "checkpoints"  # the job's own
+    for attempt in (
+        lambda: instances.start(p, user, rental.id),
+        lambda: instances.destroy(p, user, rental.id),
+        lambda: snapshots.create(p, user, rental.id),
+    ):
+        with pytest.raises(Conflict) as refused:
+            attempt()
+        said = refused.value.message  # the job in it now (removal: any job that will still use it)
+        assert refused.value.code == "workspace_in_use" and (prep.id in said or train.id in said), said
+    with pytest.raises(NotFound):  # another renter's rental is not there
+        jobs.submit(p, stranger, ["x"], gpu_types=["T4"], workspace_of=rental.id)
+    executor.die(executor.last(), code=0, at_ms=p.clock.now_ms())
+    reconcile(p)
+    assert schedule_round(p).started == [train.id]  # prep succeeded; train in the same workspace
+    assert str(executor.launched[-1].workspace) == workspace
+    executor.die(executor.last(), code=0, at_ms=p.clock.now_ms())
+    reconcile(p)
+    schedule_round(p)
+    assert jobs.show(p, user, train.id).status == "succeeded"
+    with pytest.raises(NotFound):  # not another renter's to remove
+        instances.destroy(p, stranger, rental.id)
+    assert instances.start(p, user, rental.id).status == "running"  # both jobs ended: the rental's again

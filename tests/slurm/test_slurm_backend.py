@@ -621,7 +621,8 @@ GANG_PROBE = (
     'f="$DANLU_WORKSPACE/rank$NODE_RANK"; '
     'echo "$NODE_RANK $NNODES $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $CUDA_VISIBLE_DEVICES" > "$f"; '
     'echo "$PET_NNODES $PET_NODE_RANK $PET_NPROC_PER_NODE $PET_MASTER_ADDR $PET_MASTER_PORT" >> "$f"; '
-    'echo "$(id -u) $DANLU_WORKSPACE $DANLU_JOB_ID" >> "$f"; echo "rank $NODE_RANK ran"; sleep 3'
+    'echo "$(id -u) $DANLU_WORKSPACE $DANLU_JOB_ID" >> "$f"; echo "rank $NODE_RANK ran"; '
+    'i=0; while [ ! -e "$DANLU_WORKSPACE/go" ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done'
 )
 
 
@@ -632,12 +633,20 @@ def test_a_gang_of_eight_gpus_runs_over_both_nodes_as_one_slurm_job_billed_per_g
     """Issue 30, item 1 live: a job for 8 GPUs on nodes of 4 is one Slurm allocation over dev0 and dev1
     (``--nodes 2 --gres gpu:a100:4``), a sandboxed runner on each node; inside each sandbox the rendezvous
     variables a distributed launcher reads (torch's env:// and torchrun's PET_ options) agree on the master
-    and differ by rank; billed = Slurm's elapsed seconds × 8 GPUs."""
+    and differ by rank; a session reaches rank 0's sandbox; billed = Slurm's elapsed seconds × 8 GPUs."""
+    from tests.access.session_client import run
+    from tests.access.test_sessions import token_of
+
     p, token = slurm_platform(db_url, tmp_path / "data", two_nodes, tick_interval_s=0.2, meter_interval_s=1.0)
     with LiveServer(p, token) as srv, srv.new_user("gwen", "500.00") as c:
         r = c.post("/jobs", json={"command": ["sh", "-c", GANG_PROBE], "gpus": 8})
         assert r.status_code == 201, r.text
         jid = r.json()["id"]
+        workspace = p.sandbox_root / "jobs" / jid / "workspace"
+        wait_for(lambda: all((workspace / f"rank{r}").exists() for r in (0, 1)), timeout=90)
+        # a session reaches the gang's rank 0 (the node that runs the batch script), in its sandbox
+        s = run(srv, token_of(c), jid, ["sh", "-c", "echo rank=$NODE_RANK of=$NNODES; touch go"], kind="jobs")
+        assert s.status == {"exit_code": 0} and s.out.decode().strip() == "rank=0 of=2", (s.out, s.err)
         wait_for(lambda: c.get(f"/jobs/{jid}").json()["status"] in ("succeeded", "failed"), timeout=120)
         view = c.get(f"/jobs/{jid}").json()
         assert view["status"] == "succeeded", (view, c.get(f"/jobs/{jid}/logs").json()["text"])
@@ -649,7 +658,6 @@ def test_a_gang_of_eight_gpus_runs_over_both_nodes_as_one_slurm_job_billed_per_g
         assert handle["nodes"] == ["dev0", "dev1"]
         record = slurm_job(p, str(handle["job"]))
         assert record.node in ("dev[0-1]", "dev0,dev1"), record
-        workspace = p.sandbox_root / "jobs" / jid / "workspace"
         ranks = [(workspace / f"rank{r}").read_text().split("\n") for r in (0, 1)]
         first = [line.split() for line in ranks[0]]
         second = [line.split() for line in ranks[1]]
@@ -663,6 +671,7 @@ def test_a_gang_of_eight_gpus_runs_over_both_nodes_as_one_slurm_job_billed_per_g
             assert first[2] == expected and second[2] == expected
         log = c.get(f"/jobs/{jid}/logs").json()["text"]
         assert "rank 0 ran" in log and "rank 1 ran" in log  # both nodes' output in the job's log
+        assert ((alloc.ended_at_ms or 0) - alloc.started_at_ms) // 1000 >= 1
         elapsed = slurm_elapsed(p, str(handle["job"]))
         assert alloc.gpu_count == 8 and alloc.started_at_ms == (record.start_s or 0) * 1000
         assert (alloc.ended_at_ms or 0) // 1000 == slurm_job(p, str(handle["job"])).end_s

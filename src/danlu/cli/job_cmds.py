@@ -30,8 +30,12 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 def _why(v: dict[str, Any]) -> str:
-    """The job's reason; while it waits for its ``--after`` job, that."""
-    return f"waits for {v['waiting_for']} to succeed" if v.get("waiting_for") else str(v["status_reason"])
+    """The job's reason; while it waits for its ``--after`` job or for its ``--workspace``, that."""
+    if v.get("waiting_for"):
+        return f"waits for {v['waiting_for']} to succeed"
+    if v.get("workspace_busy"):
+        return f"waits for {v['workspace_of']}'s workspace: that rental runs, or another job is in it"
+    return str(v["status_reason"])
 
 
 def gpu_kinds(client: Client) -> dict[str, bool]:
@@ -70,6 +74,12 @@ def run(
     after: str = typer.Option(
         None, "--after", metavar="JOB", help="Run once this job has succeeded (cancelled unrun if it fails)."
     ),
+    workspace: str = typer.Option(
+        None,
+        "--workspace",
+        metavar="ID",
+        help="Run in this rental's workspace, in place (waits while the rental runs; it cannot start meanwhile).",
+    ),
     idle_stop: str = IdleStopOpt,
     idle_threshold: str = IdleThresholdOpt,
     max_duration: str = MaxDurationOpt,
@@ -92,6 +102,7 @@ def run(
         "env": parse_env(env, env_file),
         "team": team,
         "after": after,
+        "workspace": workspace,
         **limits_body(idle_stop, idle_threshold, max_duration),
     }
     client = Client()

@@ -39,7 +39,15 @@ from danlu.compute.runs import (
 )
 from danlu.compute.sandbox import volume
 from danlu.compute.storage import end_storage, start_storage
-from danlu.compute.views import InstanceView, get_owned, resting_workspace, show, workspace_bytes
+from danlu.compute.views import (
+    InstanceView,
+    get_owned,
+    job_in_workspace,
+    resting_workspace,
+    show,
+    workspace_bytes,
+    workspace_in_use,
+)
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InvalidInput
@@ -356,6 +364,8 @@ def start(
                 f"{instance_id}'s workspace was released at {iso(inst.workspace_released_at_ms)} after it stayed "
                 "stopped past the retention period (you were warned); rent a new instance",
             )
+        if (job_id := job_in_workspace(s, instance_id)) is not None:
+            raise workspace_in_use(job_id, instance_id, "started")
         was = (inst.gpu_model, inst.gpu_count)
         resized = (model or inst.gpu_model, gpu_count or inst.gpu_count) != was
         reason = "start requested"
@@ -538,6 +548,8 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
     """End billing, kill the run, free the GPUs, delete the workspace."""
     with p.db.write() as s:
         inst = get_owned(s, user, instance_id, for_update=True)
+        if (job_id := job_in_workspace(s, instance_id, unfinished=True)) is not None:
+            raise workspace_in_use(job_id, instance_id, "removed")
         handle = inst.run_handle if Status(inst.status) in HAS_PROCESS else None
         # Pending without a handle: a launch this process is running kills its prepared run when it
         # sees the instance destroyed; one left by a dead server is discarded here.

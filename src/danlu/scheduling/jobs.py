@@ -34,6 +34,7 @@ from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.limits import RunLimits
 from danlu.compute.runs import check_may_run
 from danlu.compute.sandbox import volume
+from danlu.compute.views import get_owned, job_in_workspace
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
@@ -75,6 +76,8 @@ class JobView:
     deadline_ms: int | None
     after: str | None = None  # runs once this job has succeeded (``--after``)
     waiting_for: str | None = None  # ``after`` while it has not succeeded yet
+    workspace_of: str | None = None  # runs in this rental's workspace (``--workspace``)
+    workspace_busy: bool = False  # queued while that rental runs or another job is in its workspace
 
 
 def transition(s: Session, job: Job, to: str, reason: str, now_ms: int) -> None:
@@ -132,6 +135,19 @@ def _check_after(s: Session, user: User, after: str) -> None:
         )
 
 
+def _check_workspace(s: Session, user: User, instance_id: str) -> None:
+    """``--workspace``: the caller's own rental (a teammate's workspace is theirs: 404), not released. It may
+    run now, or another job be in it: the job waits until neither is (``live._waiting_for_their_workspace``)."""
+    inst = get_owned(s, user, instance_id)
+    if inst.user_id != user.id:
+        raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
+    if inst.workspace_released_at_ms is not None:
+        raise Conflict(
+            "workspace_released",
+            f"{instance_id}'s workspace was released; a job needs a rental whose workspace is kept",
+        )
+
+
 def submit(
     p: Platform,
     user: User,
@@ -148,9 +164,11 @@ def submit(
     team: str | None = None,
     limits: RunLimits | None = None,
     after: str | None = None,
+    workspace_of: str | None = None,
 ) -> JobView:
     """Queue a job. Validates everything up front so a bad job never sits in the queue. ``after``: a job that
-    must succeed first (:func:`_check_after`)."""
+    must succeed first (:func:`_check_after`); ``workspace_of``: a rental of the caller's whose workspace its
+    runs use in place (:func:`_check_workspace`)."""
     check_may_run(p, user)
     if not command or not all(isinstance(c, str) and c for c in command[:1]):
         raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
@@ -180,6 +198,8 @@ def submit(
         _check_some_model_fits(s, types, gpus, interruptible, p.backend.spans_hosts)
         if after is not None:
             _check_after(s, user, after)
+        if workspace_of is not None:
+            _check_workspace(s, user, workspace_of)
         seq = (s.execute(select(func.max(Job.seq))).scalar_one() or 0) + 1
         job = Job(
             id=job_id,
@@ -206,6 +226,7 @@ def submit(
             idle_threshold_pm=limits.idle_threshold_pm,
             max_duration_s=limits.max_duration_s,
             after_job_id=after,
+            workspace_instance_id=workspace_of,
         )
         s.add(job)
         s.add(JobEvent(job_id=job_id, from_status="", to_status=QUEUED, reason="submitted", at_ms=now))
@@ -224,7 +245,13 @@ def _owned(s: Session, user: User, job_id: str, *, for_update: bool = False) -> 
 
 
 def _view(
-    job: Job, allocs: list[AllocationRow], runs: list[Instance], cur: str, now_ms: int, succeeded: set[str]
+    job: Job,
+    allocs: list[AllocationRow],
+    runs: list[Instance],
+    cur: str,
+    now_ms: int,
+    succeeded: set[str],
+    busy: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> JobView:
     names = {v: k for k, v in PRIORITIES.items()}
     waiting = job.after_job_id if job.after_job_id is not None and job.after_job_id not in succeeded else None
@@ -249,6 +276,8 @@ def _view(
         deadline_ms=job.deadline_ms,
         after=job.after_job_id,
         waiting_for=waiting if job.status == QUEUED else None,
+        workspace_of=job.workspace_instance_id,
+        workspace_busy=job.status == QUEUED and job.workspace_instance_id in busy,
     )
 
 
@@ -267,7 +296,15 @@ def _views(p: Platform, s: Session, jobs: list[Job]) -> list[JobView]:
     afters = {j.after_job_id for j in jobs if j.after_job_id is not None}
     succeeded = set(s.scalars(select(Job.id).where(Job.id.in_(afters), Job.status == SUCCEEDED))) if afters else set()
     cur, now = currency(s), p.clock.now_ms()
-    return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now, succeeded) for j in jobs]
+    rentals = {j.workspace_instance_id for j in jobs if j.workspace_instance_id is not None and j.status == QUEUED}
+    busy = {r for r in rentals if _workspace_busy(s, r)}
+    return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now, succeeded, busy) for j in jobs]
+
+
+def _workspace_busy(s: Session, instance_id: str) -> bool:
+    rental = s.get(Instance, instance_id)
+    running = rental is not None and InstanceStatus(rental.status) in HAS_PROCESS
+    return running or job_in_workspace(s, instance_id) is not None
 
 
 def show(p: Platform, user: User, job_id: str) -> JobView:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from danlu.accounts.payers import currency
@@ -30,7 +31,7 @@ from danlu.billing.pricing import Plan, PriceBook
 from danlu.billing.tariffs import current_tariffs
 from danlu.compute import allocations
 from danlu.compute.instances import begin_launch, begin_notice, launch, terminate_runs
-from danlu.compute.lifecycle import HAS_PROCESS, Status
+from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status
 from danlu.compute.opening import open_allocation
 from danlu.compute.quotas import gpus_held
 from danlu.compute.runs import build_spec, ensure_sandbox_uid
@@ -79,7 +80,7 @@ def _queue(
     can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
     queue = []
     suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
-    waiting = set(_waiting_for_their_after_job(s))
+    waiting = set(_waiting_for_their_after_job(s)) | set(_waiting_for_their_workspace(s))
     for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
         if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
             continue
@@ -106,6 +107,27 @@ def _queue(
             )
         )
     return queue
+
+
+def _waiting_for_their_workspace(s: Session) -> list[str]:
+    """Queued ``--workspace`` jobs whose rental runs now, or whose workspace another job's run is in: one writer
+    at a time (the rental cannot start while a job runs there: ``views.job_in_workspace``)."""
+    live = [st.value for st in HAS_PROCESS]
+    rental, other, run = aliased(Instance), aliased(Job), aliased(Instance)
+    running = select(rental.id).where(rental.id == Job.workspace_instance_id, rental.status.in_(live)).exists()
+    in_use = (
+        select(other.id)
+        .join(run, run.id == other.current_instance_id)
+        .where(other.workspace_instance_id == Job.workspace_instance_id, other.id != Job.id, run.status.in_(live))
+        .exists()
+    )
+    return list(
+        s.scalars(
+            select(Job.id).where(
+                Job.status == jobsvc.QUEUED, Job.workspace_instance_id.is_not(None), or_(running, in_use)
+            )
+        )
+    )
 
 
 def _waiting_for_their_after_job(s: Session) -> list[str]:
@@ -437,7 +459,7 @@ def start_run(
             gpu_model=model,
             gpu_count=gpus,
             command_json=job.command_json,
-            workspace=str(jdir / "workspace"),
+            workspace=_workspace(s, job, jdir),
             image=job.image,
             env_json=job.env_json,
             idle_stop_s=job.idle_stop_s,
@@ -462,6 +484,17 @@ def start_run(
         begin_launch(p, instance_id)
     launch(p, instance_id, spec)
     return instance_id
+
+
+def _workspace(s: Session, job: Job, jdir: Path) -> str:
+    """The job's own workspace folder, or (``--workspace``) its rental's, in place: still kept and idle (the
+    queue waited for that; checked again under the job's lock, else the run is refused and the job waits)."""
+    if job.workspace_instance_id is None:
+        return str(jdir / "workspace")
+    rental = s.get(Instance, job.workspace_instance_id)
+    if rental is None or rental.workspace_released_at_ms is not None or Status(rental.status) not in KEEPS_WORKSPACE:
+        raise DanluError("workspace_unavailable", f"{job.workspace_instance_id}'s workspace is in use or gone")
+    return rental.workspace
 
 
 def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import (
+    INSTANCE_ID,
     MAX_SECONDS,
     PRIORITY,
     Amount,
@@ -84,6 +85,19 @@ class JobIn(RunLimitsIn):
         description="Run only once this job (yours, or your team's that you may see) has succeeded; if it fails or "
         "is cancelled, this one is cancelled unrun (a pipeline: preprocess, then train, then evaluate)",
     )
+    workspace: (
+        Annotated[
+            str,
+            Field(pattern=INSTANCE_ID, max_length=32),
+            limited("invalid_instance_id", "workspace is an instance id, i- and hex", pattern=INSTANCE_ID, text=32),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Run in this rental's own workspace (yours; kept, not released), in place: what the job writes is "
+        "there when the rental starts again. The job waits while the rental runs or another job is in it; the rental "
+        "cannot start or be removed while the job may use it",
+    )
 
 
 class JobOut(BaseModel):
@@ -113,6 +127,10 @@ class JobOut(BaseModel):
     queued_jobs: int | None = Field(None, description="While queued: how many jobs are queued on the platform")
     after: str | None = Field(None, description="The job this one runs after (`--after`)")
     waiting_for: str | None = Field(None, description="While queued: `after`, until it has succeeded")
+    workspace_of: str | None = Field(None, description="The rental whose workspace it runs in (`--workspace`)")
+    workspace_busy: bool = Field(
+        False, description="While queued: its `workspace_of` rental runs, or another job is in that workspace"
+    )
 
     @classmethod
     def of(cls, v: svc.JobView) -> JobOut:
@@ -137,6 +155,8 @@ class JobOut(BaseModel):
             deadline=iso(v.deadline_ms),
             after=v.after,
             waiting_for=v.waiting_for,
+            workspace_of=v.workspace_of,
+            workspace_busy=v.workspace_busy,
         )
 
 
@@ -154,7 +174,7 @@ def _deadline_ms(text: str | None) -> int | None:
     return int(when.timestamp() * 1000)
 
 
-@router.post("", response_model=JobOut, status_code=201, responses=errors(400, 402, 404, 429, 503))
+@router.post("", response_model=JobOut, status_code=201, responses=errors(400, 402, 404, 409, 429, 503))
 def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> JobOut:
     view = svc.submit(
         p,
@@ -172,6 +192,7 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
         team=body.team,
         limits=resolve_limits(p.settings, body.idle_stop, body.idle_threshold, body.max_duration, job=True),
         after=body.after,
+        workspace_of=body.workspace,
     )
     loop = getattr(request.app.state, "loop", None)
     if loop is not None:

@@ -100,12 +100,16 @@ def _tree_usage(roots: dict[str, int]) -> tuple[dict[str, RunUsage], dict[int, l
     return out, children
 
 
-def volume_folder(spec: RunSpec) -> Path:
-    """The folder the disk limit covers: the workspace, or a job's folder holding its workspace and
-    checkpoints (one limit for both)."""
-    if spec.checkpoints is not None and spec.checkpoints.parent == spec.workspace.parent:
-        return spec.workspace.parent
-    return spec.workspace
+def volume_folders(spec: RunSpec) -> list[Path]:
+    """The folders the disk limit covers, each a file system of its own where the kernel holds it: the
+    workspace, or a job's folder holding its workspace and checkpoints (one limit for both); a job in a
+    rental's workspace (``danlu run --workspace``): that workspace and the job's folder holding its
+    checkpoints, each limited."""
+    if spec.checkpoints is None:
+        return [spec.workspace]
+    if spec.checkpoints.parent == spec.workspace.parent:
+        return [spec.workspace.parent]
+    return [spec.workspace, spec.checkpoints.parent]
 
 
 def _chown_private(path: Path, uid: int | None) -> None:
@@ -164,7 +168,8 @@ class LocalBackend:
             (run_dir / f"{spec.run_id}.{suffix}").unlink(missing_ok=True)
         uid = spec.uid if self.sandbox is not None and self.sandbox.as_root else None
         if self.sandbox is not None and self.sandbox.disk == "image" and spec.limits is not None:
-            volume.ensure(volume_folder(spec), spec.limits.disk_bytes, file_limit(spec.limits.disk_bytes))
+            for limited in volume_folders(spec):
+                volume.ensure(limited, spec.limits.disk_bytes, file_limit(spec.limits.disk_bytes))
         for folder in (spec.workspace, spec.checkpoints):
             if folder is not None:
                 _chown_private(folder, uid)

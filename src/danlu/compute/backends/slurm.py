@@ -270,9 +270,17 @@ class SlurmBackend:
         an error line)."""
         spec = self._file(h, "spec.json")
         node = [self.config.python, "-m", "danlu.compute.backends.slurm_node"]
-        first = [f"--nodelist={h['nodes'][0]}"] if h.get("nodes") else []  # a gang's sessions: on its rank 0
+        first = [f"--nodelist={self._rank0(h)}"] if h.get("nodes") else []  # a gang's sessions: on its rank 0
         srun = ["srun", "--overlap", f"--jobid={h['job']}", "-N1", "-n1", *first, "-QQ"]
         return [*srun, *opts, *node, what, str(spec), *args]
+
+    def _rank0(self, h: dict[str, Any]) -> str:
+        """The node of a gang's rank 0 (the one that runs the batch script and keeps ``RUN.local``), as its
+        runner wrote it: Slurm orders a job's nodes its own way."""
+        try:
+            return self._file(h, "node").read_text().strip() or str(h["nodes"][0])
+        except FileNotFoundError:
+            return str(h["nodes"][0])
 
     def _entered(self, h: dict[str, Any]) -> None:
         if not self._file(h, "local").exists():  # the runner writes it once the run is in its sandbox
@@ -501,7 +509,8 @@ class SlurmBackend:
 
     def release(self, handle: str) -> None:
         for h in _ranks(json.loads(handle)):
-            for suffix in ("spec.json", "sbatch", "usage", "alive", "exit", "started", "reason", "node-err", "notice"):
+            for suffix in ("spec.json", "sbatch", "usage", "alive", "exit", "started", "reason", "node-err", "notice",
+                           "node", "gangenv"):  # fmt: skip
                 self._file(h, suffix).unlink(missing_ok=True)
 
     def discard(self, run_id: str) -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from danlu.backend import Device, EnterError, EnterRequest, RunSpec, enter_with_terminal, spec_from_json
-from danlu.compute.backends.local import volume_folder
+from danlu.compute.backends.local import volume_folders
 from danlu.compute.backends.slurm import rank_run_id
 from danlu.compute.sandbox import volume
 
@@ -61,14 +61,16 @@ def slurm_devices(spec: RunSpec, job_gpus: str) -> tuple[Device, ...]:
 MASTER_PORT_BASE = 20000  # a gang's rendezvous port: this + the Slurm job id modulo 10,000
 
 
-def gang_env(spec: RunSpec, rank: int, job_id: str, master_addr: str) -> dict[str, str]:
-    """What a distributed training launcher reads on node ``rank`` of a gang (pure): torch.distributed's
-    env:// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE as one process per GPU), the node's rank and count, and
-    torchrun's own options as its ``PET_`` variables, so ``torchrun train.py`` needs no flags."""
+def gang_env(spec: RunSpec, rank: int, part: int, job_id: str, master_addr: str) -> dict[str, str]:
+    """What a distributed training launcher reads on the gang's node of rank ``rank`` (Slurm's node order: rank
+    0 runs the batch script, at ``master_addr``), which holds the platform's part ``part`` (pure): that part's
+    GPUs' variables, torch.distributed's env:// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE as one process per GPU),
+    the node's rank and count, and torchrun's own options as its ``PET_`` variables (``torchrun train.py``
+    needs no flags)."""
     per_node = spec.gpu_count // len(spec.nodes)
     port = str(MASTER_PORT_BASE + int(job_id) % 10000 if job_id.isdigit() else MASTER_PORT_BASE)
     return {
-        **(spec.node_env[rank] if rank < len(spec.node_env) else {}),
+        **(spec.node_env[part] if part < len(spec.node_env) else {}),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": port,
         "WORLD_SIZE": str(spec.gpu_count),
@@ -84,18 +86,29 @@ def gang_env(spec: RunSpec, rank: int, job_id: str, master_addr: str) -> dict[st
     }
 
 
-def node_spec(spec: RunSpec, rank: int, job_id: str, master_addr: str) -> RunSpec:
-    """Node ``rank``'s own run of a gang (pure): its GPUs' devices and variables, a run id of its own (its
-    cgroup, exit and heartbeat files: a node may share its machine with another of the gang), one node."""
+def gang_place(spec: RunSpec, environ: dict[str, str]) -> tuple[int, int]:
+    """(rank, part) of this runner: its rank is Slurm's node index (``SLURM_NODEID``: node 0 runs the batch
+    script, so it is the rendezvous master and keeps the files sessions find); its part of the platform's
+    placement is the one named by its node (``SLURMD_NODENAME``), whose GPUs it was given — Slurm orders
+    the nodes its own way, not necessarily as the platform listed them."""
+    rank = int(environ.get("SLURM_NODEID", "0"))
+    name = environ.get("SLURMD_NODENAME", "")
+    return rank, spec.nodes.index(name) if name in spec.nodes else rank
+
+
+def node_spec(spec: RunSpec, rank: int, part: int, job_id: str, master_addr: str) -> RunSpec:
+    """The gang's node of rank ``rank`` holding part ``part`` (:func:`gang_place`) as a run of its own (pure):
+    that part's GPUs' devices and variables, a run id of its own (its cgroup, exit and heartbeat files: a node
+    may share its machine with another of the gang), one node."""
     if not spec.nodes:
         return spec
     per_node = len(spec.devices) // len(spec.nodes)
     return replace(
         spec,
         run_id=rank_run_id(spec.run_id, rank),
-        env={**spec.env, **gang_env(spec, rank, job_id, master_addr)},
-        devices=spec.devices[rank * per_node : (rank + 1) * per_node],
-        host=spec.nodes[rank],
+        env={**spec.env, **gang_env(spec, rank, part, job_id, master_addr)},
+        devices=spec.devices[part * per_node : (part + 1) * per_node],
+        host=spec.nodes[part],
         gpu_count=spec.gpu_count // len(spec.nodes),
         nodes=(),
         node_env=(),
@@ -111,10 +124,11 @@ def main(argv: list[str]) -> int:
     data_dir = Path(node["data_dir"])
     gang = bool(spec.nodes)
     notice_path = spec_path.with_name(f"{spec.run_id}.notice")  # a gang's notice (SlurmBackend.terminate)
-    rank = int(os.environ.get("SLURM_NODEID", "0")) if gang else 0
+    rank, part = gang_place(spec, dict(os.environ)) if gang else (0, 0)
     # srun's tasks: the address of the node that launched them, the batch script's (rank 0's)
     master = os.environ.get("SLURM_LAUNCH_NODE_IPADDR") or socket.gethostname()
-    spec = node_spec(spec, rank, os.environ.get("SLURM_JOB_ID", ""), master)
+    gang_spec, job = spec, os.environ.get("SLURM_JOB_ID", "")
+    spec = node_spec(spec, rank, part, job, master)
     job_gpus = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES", "")
     spec = replace(spec, devices=slurm_devices(spec, job_gpus))
     backend, _ = make_local_backend(data_dir, no_sandbox=not node["sandboxed"])
@@ -124,7 +138,7 @@ def main(argv: list[str]) -> int:
     if gang and backend.sandbox is not None and backend.sandbox.disk == "image":
         # every node works in the one shared workspace folder: a file system image can be mounted by one
         # kernel only, so a gang's disk limit is the watcher's (each node measures the folder)
-        if volume.image_of(volume_folder(spec)).exists():
+        if any(volume.image_of(folder).exists() for folder in volume_folders(spec)):
             raise SystemExit(
                 "danlu: this job's workspace is a disk image from a run on one host; a gang over several "
                 "nodes cannot share it (run the job on one host, or as a new job)"
@@ -136,6 +150,11 @@ def main(argv: list[str]) -> int:
     tmp.write_text(handle)
     os.chmod(tmp, 0o600)
     tmp.replace(local)
+    if gang and rank == 0:  # where sessions go: the node of the runner that keeps RUN.local, with its variables
+        _replace(spec_path.with_name(f"{spec.run_id}.node"), spec.host)
+        _replace(
+            spec_path.with_name(f"{spec.run_id}.gangenv"), json.dumps(gang_env(gang_spec, rank, part, job, master))
+        )
     terminated = False
 
     def on_term(signum: int, frame: object) -> None:
@@ -192,6 +211,13 @@ def enter_main(spec_path: Path) -> int:
     ask = json.loads(os.environ.pop("DANLU_ENTER"))
     try:
         node, handle = _local(spec_path)
+        try:  # a gang's rank 0: its own GPUs' and the rendezvous variables, as its command has them
+            ask["env"] = {
+                **ask["env"],
+                **json.loads(spec_path.with_name(f"{node['spec']['run_id']}.gangenv").read_text()),
+            }
+        except FileNotFoundError:
+            pass
         backend, _ = make_local_backend(Path(node["data_dir"]), no_sandbox=not node["sandboxed"])
         backend.sweeps = False
         if not ask["tty"]:

@@ -155,6 +155,8 @@ class Job(Base):
     # Waits in the queue until this job (the same renter's, submitted before it) has succeeded; cancelled
     # unrun when it fails or is cancelled (``danlu run --after``; danlu.scheduling.jobs.settle_dependencies).
     after_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    # Runs in this rental's own workspace, not one of its own (``danlu run --workspace ID``, migration 0028)
+    workspace_instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class JobEvent(Base):
