@@ -237,7 +237,7 @@ def workspace_in_use(job_id: str, instance_id: str, doing: str) -> Conflict:
     return Conflict(
         "workspace_in_use",
         f"{instance_id}'s workspace is job {job_id}'s (`danlu run --workspace`); it cannot be {doing} until that job "
-        f"has ended (`danlu jobs`, `danlu cancel {job_id}`)",
+        f"has ended (`danlu jobs`, `danlu job cancel {job_id}`)",
     )
 
 
