@@ -65,6 +65,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/rater.py
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
+	$(BIN)/python benchmarks/run_accounting.py
 	$(BIN)/python benchmarks/session_latency.py
 	$(BIN)/python benchmarks/port_proxy.py
 	$(BIN)/python benchmarks/shell_echo.py

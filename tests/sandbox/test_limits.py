@@ -169,3 +169,47 @@ def test_a_jobs_checkpoints_count_against_its_disk_limit(hogs: LiveServer) -> No
         assert isinstance(done, dict) and done["status"] == "failed"
         events = c.get(f"/jobs/{jid}/events").json()
         assert any("disk limit" in e["reason"] for e in events) or "disk limit" in done["status_reason"], events
+
+
+def test_a_runs_accounting_reads_its_own_cgroup_not_every_process_on_the_host(
+    hogs: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 (the control loop at 1,000 sandboxes): a run's CPU, memory and deleted-but-open files were
+    found by psutil walking every process on the host (72 % of a busy server's samples at 100 runs), so the
+    cost grew with unrelated processes. With a cgroup, the run's own processes come from its cgroup: the
+    guard is that neither the usage reading nor the disk watcher scans the host's processes."""
+    import psutil
+    from sqlalchemy import select
+
+    from danlu.compute.backends.local import LocalBackend
+    from danlu.db.models import Instance
+
+    p = hogs.platform
+    if p.sandbox.limits == "rlimits":
+        pytest.skip("no cgroup here: a run's processes are found from its init (a scan of the host's processes)")
+    backend = p.backend
+    assert isinstance(backend, LocalBackend)
+    held = (
+        "import os, time\nf = open('/workspace/x', 'wb'); f.write(os.urandom(5 << 20)); f.flush(); os.fsync(f.fileno())"
+        "\nos.unlink('/workspace/x'); print('held', flush=True); time.sleep(120)\n"
+    )
+    with hogs.new_user("counted") as c:
+        iid = rent(c, ["sh", "-c", 'python3 -c "$P"'], env={"P": held})
+        wait_for(lambda: "held" in log_of(c, iid))
+        with p.db.read() as s:
+            handle = str(s.scalars(select(Instance.run_handle).where(Instance.id == iid)).one())
+        if p.sandbox.network != "host":  # its network namespace is found once by a scan; then never again
+            wait_for(lambda: backend.usage([handle])[handle].net_rx_bytes is not None, timeout=30)
+
+        def scan(*args: object, **kwargs: object) -> None:
+            raise AssertionError("a scan of every process on the host")
+
+        monkeypatch.setattr(psutil, "process_iter", scan)
+        monkeypatch.setattr(psutil.Process, "children", scan)
+        used = backend.usage([handle])[handle]
+        assert used.rss_bytes > 0 and used.cpu_s > 0
+        backend._disk.measure_now()
+        reading = backend._disk.reading(iid)
+        assert reading is not None and reading.bytes >= 5 << 20  # the unlinked file, found through the cgroup
+        monkeypatch.undo()
+        assert c.post(f"/instances/{iid}/stop").status_code == 200

@@ -29,8 +29,9 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,22 @@ def _children() -> dict[int, list[int]]:
     for proc in psutil.process_iter(["ppid"]):
         children.setdefault(int(proc.info.get("ppid") or 0), []).append(proc.pid)
     return children
+
+
+def _procs_usage(pids: Iterable[int]) -> tuple[float, int]:
+    """CPU seconds and RSS of these processes (a run's: its supervisor and its cgroup's), each read alone:
+    the cost follows the run's own processes, not every process on the host (issue 29)."""
+    cpu_s, rss = 0.0, 0
+    for pid in dict.fromkeys(pids):
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                times = proc.cpu_times()
+                cpu_s += times.user + times.system
+                rss += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return cpu_s, rss
 
 
 def _tree_usage(roots: dict[str, int]) -> tuple[dict[str, RunUsage], dict[int, list[int]]]:
@@ -250,6 +267,14 @@ class LocalBackend:
     def alive_until(self, handles: Sequence[str]) -> dict[str, int]:
         return {}  # the supervisor is on this host: poll sees a death at once
 
+    def _cgroup_pids(self, h: dict[str, Any]) -> Callable[[], list[int]] | None:
+        """The run's processes as its own cgroup lists them (one file, whatever else runs on the host); None
+        where it has no cgroup (its processes are then found from its init)."""
+        cgroups = self.sandbox.cgroups if self.sandbox is not None else None
+        if cgroups is None or not h.get("cg"):
+            return None
+        return partial(cgroups.procs, str(h["run"]))
+
     def poll(self, handles: Sequence[str]) -> dict[str, RunState]:
         parsed = {handle: json.loads(handle) for handle in handles}
         out = {handle: self._state(h) for handle, h in parsed.items()}
@@ -263,6 +288,7 @@ class LocalBackend:
                         disk_bytes=h["disk"],
                         files=file_limit(h["disk"]),
                         kernel=bool(h.get("kd")),
+                        pids=self._cgroup_pids(h),
                     )
                     for handle, h in parsed.items()
                     if h.get("sb") and out[handle].kind == "running"
@@ -423,8 +449,9 @@ class LocalBackend:
 
     # -- usage --------------------------------------------------------------------------------
     def usage(self, handles: Sequence[str]) -> dict[str, RunUsage]:
-        """From the run's cgroup where cgroup v2 counts CPU time, else from its process tree (the
-        supervisor and everything under it): one pass over /proc for all the runs. Sandboxed runs
+        """From the run's cgroup where cgroup v2 counts CPU time; from the processes its cgroup lists (v1, plus
+        its supervisor), each read alone; else from its process tree (the supervisor and everything under it):
+        one pass over /proc for all such runs. Sandboxed runs
         add their workspace's size (the disk watcher's last reading) and, with a network namespace of
         their own, its traffic (danlu.compute.sandbox.netstat)."""
         cgroups = self.sandbox.cgroups if self.sandbox is not None else None
@@ -437,6 +464,8 @@ class LocalBackend:
                 continue
             runs[handle] = (str(h["run"]), int(h["pid"]))
             counted = cgroups.usage(h["run"]) if cgroups is not None and h.get("cg") else None
+            if counted is None and cgroups is not None and h.get("cg"):  # v1: its own processes, not a host scan
+                counted = _procs_usage([int(h["pid"]), *cgroups.procs(h["run"])])
             if counted is not None:
                 out[handle] = RunUsage(*counted)
             else:
