@@ -11,6 +11,7 @@ from danlu.accounts.service import NAME_RE as USER_NAME_RE
 from danlu.api.schemas.common import INSTANCE_ID, NO_CONTROL, Amount, PositiveAmount, Strict, UserName, limited
 from danlu.api.schemas.instances import DAYS_PATTERN
 from danlu.api.schemas.vouchers import PERCENT, PLAN_CHOICES
+from danlu.billing.storage import MAX_SNAPSHOT_QUOTA_GB
 
 # --- budgets, the student discount, tariffs, stopped storage (issue 9 parts 3, 4, 6, 7) ---------
 
@@ -181,7 +182,7 @@ _BAD_RETENTION = limited(
 )
 
 
-SNAPSHOT_RETENTION = r"^(0|[1-9][0-9]{0,3}d)$"
+SNAPSHOT_RETENTION = r"^(0|[1-9][0-9]{0,2}d|[12][0-9]{3}d|3[0-5][0-9]{2}d|36[0-5][0-9]d|3660d)$"  # 1d to 3660d
 _BAD_SNAPSHOT_RETENTION = limited(
     "invalid_storage_policy", "a snapshot retention is days such as 90d (1d to 3660d), or 0 to keep them",
     pattern=SNAPSHOT_RETENTION,
@@ -201,9 +202,19 @@ class StorageIn(Strict):
     snapshot_price_gb_month: Amount | None = Field(
         None, description="What a kept snapshot costs per GB-month of what it restores (0: free)"
     )
-    snapshot_quota_gb: int | None = Field(
-        None, description="Each billing account's snapshots together, in GB as restored (0: no quota)"
-    )
+    snapshot_quota_gb: (
+        Annotated[
+            int,
+            Field(ge=0, le=MAX_SNAPSHOT_QUOTA_GB),
+            limited(
+                "invalid_storage_policy",
+                f"snapshot_quota_gb is from 0 (no quota) to {MAX_SNAPSHOT_QUOTA_GB:,} GB",
+                lo=0,
+                hi=MAX_SNAPSHOT_QUOTA_GB,
+            ),
+        ]
+        | None
+    ) = Field(None, description="Each billing account's snapshots together, in GB as restored (0: no quota)")
     snapshot_retention: Annotated[str, Field(pattern=SNAPSHOT_RETENTION), _BAD_SNAPSHOT_RETENTION] | None = Field(
         None,
         description="A snapshot is removed this long after it was taken, warned release_after before: 90d (1d to "
