@@ -53,7 +53,12 @@ class StoragePolicy:
     snapshot_before_release: bool = False  # a workspace due for release is snapshotted first
 
     def per_day_minor(self, size_bytes: int) -> int:
-        return cumulative_cost(storage_rate(self.price_gb_month_minor, mib(size_bytes), 0), DAY_S)
+        return per_day_minor(self.price_gb_month_minor, mib(size_bytes))
+
+
+def per_day_minor(price_gb_month_minor: int, size_mib: int) -> int:
+    """What ``size_mib`` MiB stored cost a day at a price per GB-month."""
+    return cumulative_cost(storage_rate(price_gb_month_minor, size_mib, 0), DAY_S)
 
 
 def mib(size_bytes: int) -> int:

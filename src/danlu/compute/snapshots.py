@@ -25,7 +25,6 @@ from sqlalchemy import func, select
 
 from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
-from danlu.billing.rating import cumulative_cost
 from danlu.compute import fstree
 from danlu.compute.storage import close_stored, due_for_release, open_stored, release_workspace
 from danlu.compute.views import resting_workspace
@@ -61,11 +60,11 @@ class SnapshotView:
 
 
 def _view(row: Snapshot, alloc: AllocationRow | None = None) -> SnapshotView:
-    if alloc is None:
-        return SnapshotView(row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms)
-    per_day = cumulative_cost(storage.storage_rate(alloc.price_per_hour_minor, alloc.gpu_count, 0), storage.DAY_S)
+    """``alloc``: the storage allocation billing it (None: free)."""
+    per_day = storage.per_day_minor(alloc.price_per_hour_minor, alloc.gpu_count) if alloc is not None else 0
+    currency = alloc.currency if alloc is not None else None
     return SnapshotView(
-        row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms, per_day, alloc.currency
+        row.id, row.name, row.instance_id, row.size_bytes, row.added_bytes, row.created_at_ms, per_day, currency
     )
 
 
@@ -210,14 +209,9 @@ def before_release(p: Platform) -> tuple[int, int]:
         if not storage.policy(s).snapshot_before_release:
             return 0, 0
     done = failed = 0
-    for inst_id in due_for_release(p, now):
-        with p.db.read() as s:
-            inst = s.get(Instance, inst_id)
-            if inst is None:
-                continue
-            user_id, account, workspace = inst.user_id, inst.billing_account_id, Path(inst.workspace)
+    for inst_id, user_id, account, workspace in due_for_release(p, now):
         try:
-            snap = _take(p, user_id, account, inst_id, workspace, "before release")
+            snap = _take(p, user_id, account, inst_id, Path(workspace), "before release")
         except DanluError as exc:
             log.warning("could not snapshot %s before its release (kept, retried): %s", inst_id, exc.message)
             failed += 1

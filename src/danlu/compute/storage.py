@@ -128,20 +128,21 @@ def close_stored(session: Session, account_id: int, alloc_id: int, end_ms: int) 
         meter_account(session, alloc.billing_account_id, [alloc], max(end_ms, alloc.billed_until_ms))
 
 
-def due_for_release(p: Platform, now: int) -> list[str]:
-    """Stopped rentals whose workspace's warning is ``release_after`` old (the release is due)."""
+def due_for_release(p: Platform, now: int) -> list[tuple[str, int, int, str]]:
+    """Stopped rentals whose workspace's warning is ``release_after`` old (the release is due): each one's id,
+    renter, payer and workspace folder."""
     with p.db.read() as s:
         pol = storage.policy(s)
         return list(
-            s.scalars(
-                select(Instance.id).where(
+            s.execute(
+                select(Instance.id, Instance.user_id, Instance.billing_account_id, Instance.workspace).where(
                     Instance.storage_warned_at_ms.is_not(None),
                     Instance.storage_warned_at_ms <= now - pol.release_after_s * 1000,
                     Instance.workspace_released_at_ms.is_(None),
                     Instance.status.in_([st.value for st in KEEPS_WORKSPACE]),
                     Instance.job_id.is_(None),
                 )
-            )
+            ).tuples()
         )
 
 

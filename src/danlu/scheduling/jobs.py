@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from danlu.accounts import policies, teams
@@ -34,7 +35,7 @@ from danlu.compute.lifecycle import Status as InstanceStatus
 from danlu.compute.limits import RunLimits
 from danlu.compute.runs import check_may_run
 from danlu.compute.sandbox import volume
-from danlu.compute.views import get_owned, job_in_workspace
+from danlu.compute.views import get_owned
 from danlu.context import Platform
 from danlu.core.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from danlu.core.money import parse_amount
@@ -137,7 +138,7 @@ def _check_after(s: Session, user: User, after: str) -> None:
 
 def _check_workspace(s: Session, user: User, instance_id: str) -> None:
     """``--workspace``: the caller's own rental (a teammate's workspace is theirs: 404), not released. It may
-    run now, or another job be in it: the job waits until neither is (``live._waiting_for_their_workspace``)."""
+    run now, or another job be in it: the job waits until neither is (``waiting_for_workspace``)."""
     inst = get_owned(s, user, instance_id)
     if inst.user_id != user.id:
         raise NotFound("instance_not_found", f"no instance {instance_id!r}; list yours with `danlu ps`")
@@ -251,7 +252,7 @@ def _view(
     cur: str,
     now_ms: int,
     succeeded: set[str],
-    busy: set[str] = frozenset(),  # type: ignore[assignment]
+    busy: AbstractSet[str] = frozenset(),
 ) -> JobView:
     names = {v: k for k, v in PRIORITIES.items()}
     waiting = job.after_job_id if job.after_job_id is not None and job.after_job_id not in succeeded else None
@@ -277,7 +278,7 @@ def _view(
         after=job.after_job_id,
         waiting_for=waiting if job.status == QUEUED else None,
         workspace_of=job.workspace_instance_id,
-        workspace_busy=job.status == QUEUED and job.workspace_instance_id in busy,
+        workspace_busy=job.id in busy,
     )
 
 
@@ -296,15 +297,28 @@ def _views(p: Platform, s: Session, jobs: list[Job]) -> list[JobView]:
     afters = {j.after_job_id for j in jobs if j.after_job_id is not None}
     succeeded = set(s.scalars(select(Job.id).where(Job.id.in_(afters), Job.status == SUCCEEDED))) if afters else set()
     cur, now = currency(s), p.clock.now_ms()
-    rentals = {j.workspace_instance_id for j in jobs if j.workspace_instance_id is not None and j.status == QUEUED}
-    busy = {r for r in rentals if _workspace_busy(s, r)}
+    busy = waiting_for_workspace(s) if any(j.workspace_instance_id and j.status == QUEUED for j in jobs) else set()
     return [_view(j, allocs.get(j.id, []), runs.get(j.id, []), cur, now, succeeded, busy) for j in jobs]
 
 
-def _workspace_busy(s: Session, instance_id: str) -> bool:
-    rental = s.get(Instance, instance_id)
-    running = rental is not None and InstanceStatus(rental.status) in HAS_PROCESS
-    return running or job_in_workspace(s, instance_id) is not None
+def waiting_for_workspace(s: Session) -> set[str]:
+    """Queued ``--workspace`` jobs whose rental runs now, or whose workspace another job's run is in: one writer
+    at a time (the rental cannot start while a job runs there: ``views.job_in_workspace``). The live round
+    leaves them out; their views say so (``workspace_busy``)."""
+    live = [st.value for st in HAS_PROCESS]
+    rental, other, run = aliased(Instance), aliased(Job), aliased(Instance)
+    running = select(rental.id).where(rental.id == Job.workspace_instance_id, rental.status.in_(live)).exists()
+    in_use = (
+        select(other.id)
+        .join(run, run.id == other.current_instance_id)
+        .where(other.workspace_instance_id == Job.workspace_instance_id, other.id != Job.id, run.status.in_(live))
+        .exists()
+    )
+    return set(
+        s.scalars(
+            select(Job.id).where(Job.status == QUEUED, Job.workspace_instance_id.is_not(None), or_(running, in_use))
+        )
+    )
 
 
 def show(p: Platform, user: User, job_id: str) -> JobView:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from danlu.accounts.payers import currency
@@ -80,7 +80,7 @@ def _queue(
     can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
     queue = []
     suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
-    waiting = set(_waiting_for_their_after_job(s)) | set(_waiting_for_their_workspace(s))
+    waiting = set(_waiting_for_their_after_job(s)) | jobsvc.waiting_for_workspace(s)
     for job in s.scalars(select(Job).where(Job.status == jobsvc.QUEUED).order_by(Job.seq)):
         if job.user_id in suspended:  # waits, untouched, until the operator resumes the account
             continue
@@ -107,27 +107,6 @@ def _queue(
             )
         )
     return queue
-
-
-def _waiting_for_their_workspace(s: Session) -> list[str]:
-    """Queued ``--workspace`` jobs whose rental runs now, or whose workspace another job's run is in: one writer
-    at a time (the rental cannot start while a job runs there: ``views.job_in_workspace``)."""
-    live = [st.value for st in HAS_PROCESS]
-    rental, other, run = aliased(Instance), aliased(Job), aliased(Instance)
-    running = select(rental.id).where(rental.id == Job.workspace_instance_id, rental.status.in_(live)).exists()
-    in_use = (
-        select(other.id)
-        .join(run, run.id == other.current_instance_id)
-        .where(other.workspace_instance_id == Job.workspace_instance_id, other.id != Job.id, run.status.in_(live))
-        .exists()
-    )
-    return list(
-        s.scalars(
-            select(Job.id).where(
-                Job.status == jobsvc.QUEUED, Job.workspace_instance_id.is_not(None), or_(running, in_use)
-            )
-        )
-    )
 
 
 def _waiting_for_their_after_job(s: Session) -> list[str]:
@@ -205,21 +184,15 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
 
 def _gang_parts(s: Session) -> dict[int, tuple[tuple[str, int], ...]]:
     """Running allocations over several hosts -> their parts as the view's host keys, the allocation's own
-    host first (one query, and one more per gang)."""
-    by_alloc: dict[int, list[tuple[int, str, int]]] = {}
-    for alloc_id, host_id, model, n in s.execute(
-        select(Gpu.allocation_id, Gpu.host_id, Gpu.model, func.count())
-        .where(Gpu.allocation_id.is_not(None))
-        .group_by(Gpu.allocation_id, Gpu.host_id, Gpu.model)
+    host first (one query)."""
+    by_alloc: dict[int, list[tuple[bool, int, str, int]]] = {}
+    for alloc_id, host_id, model, n, first in s.execute(
+        select(Gpu.allocation_id, Gpu.host_id, Gpu.model, func.count(), AllocationRow.host_id)
+        .join(AllocationRow, AllocationRow.id == Gpu.allocation_id)
+        .group_by(Gpu.allocation_id, Gpu.host_id, Gpu.model, AllocationRow.host_id)
     ).all():
-        by_alloc.setdefault(int(alloc_id or 0), []).append((int(host_id), str(model), int(n)))
-    out = {}
-    for alloc_id, rows in by_alloc.items():
-        if len(rows) > 1:
-            first = s.scalar(select(AllocationRow.host_id).where(AllocationRow.id == alloc_id))
-            rows.sort(key=lambda r: (r[0] != first, r[0]))
-            out[alloc_id] = tuple((f"{h}/{m}", n) for h, m, n in rows)
-    return out
+        by_alloc.setdefault(int(alloc_id or 0), []).append((host_id != first, int(host_id), str(model), int(n)))
+    return {a: tuple((f"{h}/{m}", n) for _, h, m, n in sorted(rows)) for a, rows in by_alloc.items() if len(rows) > 1}
 
 
 def _durations(job: Job, models_here: set[str], prices: dict[tuple[str, Plan], int], default_ms: int) -> dict[str, int]:

@@ -274,8 +274,7 @@ def detach(folder: Path) -> None:
 
 def release(folder: Path) -> None:
     """The folder goes: unmount and delete its image (a no-op for a folder without one)."""
-    if os.path.ismount(folder):
-        _unmount(folder, lazy=True)
+    detach(folder)
     image = image_of(folder)
     for path in (image, image.with_suffix(".part")):
         path.unlink(missing_ok=True)
