@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from danlu.backend import Device, ImageRoot, Limits, RunSpec, spec_from_json, spec_to_json
-from danlu.compute.backends.slurm import parse_gpu_models
 from danlu.compute.backends.slurm_node import slurm_devices
 from danlu.compute.backends.slurm_parse import (
     JobRecord,
     judge,
     node_usable,
     parse_exit_codes,
+    parse_gpu_models,
     parse_sacct,
     parse_sinfo_gres,
     parse_squeue,

@@ -39,15 +39,8 @@ from danlu.compute.runs import (
 )
 from danlu.compute.sandbox import volume
 from danlu.compute.storage import end_storage, start_storage
-from danlu.compute.views import (
-    InstanceView,
-    get_owned,
-    job_in_workspace,
-    resting_workspace,
-    show,
-    workspace_bytes,
-    workspace_in_use,
-)
+from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
+from danlu.compute.workspace_use import job_in_workspace, resting_workspace, workspace_in_use
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, Forbidden, InvalidInput

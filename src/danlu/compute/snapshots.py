@@ -27,7 +27,7 @@ from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
 from danlu.compute import fstree
 from danlu.compute.storage import close_stored, due_for_release, open_stored, release_workspace
-from danlu.compute.views import resting_workspace
+from danlu.compute.workspace_use import resting_workspace
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict, DanluError, InvalidInput, NotFound

@@ -14,8 +14,9 @@ import uvicorn
 
 from danlu.accounts.credentials import ensure_admin_password
 from danlu.backend import Backend
-from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig, parse_gpu_models
+from danlu.compute.backends.slurm import SlurmBackend, SlurmCli, SlurmConfig
 from danlu.compute.backends.slurm import discover as discover_slurm
+from danlu.compute.backends.slurm_parse import parse_gpu_models
 from danlu.compute.gpus import DEFAULT_SIMULATED_SPEC, DiscoveredGpu, discover_nvml, parse_simulated_spec
 from danlu.compute.limits import parse_seconds, parse_threshold
 from danlu.compute.sandbox import volume

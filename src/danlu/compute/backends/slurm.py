@@ -64,6 +64,8 @@ from danlu.compute.backends.slurm_parse import (
     parse_sacct,
     parse_sinfo_gres,
     parse_squeue,
+    ranks,
+    sum_usage,
     unusable_gpus,
 )
 from danlu.compute.gpus import DiscoveredGpu
@@ -508,7 +510,7 @@ class SlurmBackend:
             log.warning("%s: %s (retried at the next tick)", " ".join(args), exc)
 
     def release(self, handle: str) -> None:
-        for h in _ranks(json.loads(handle)):
+        for h in ranks(json.loads(handle)):
             for suffix in ("spec.json", "sbatch", "usage", "alive", "exit", "started", "reason", "node-err", "notice",
                            "node", "gangenv"):  # fmt: skip
                 self._file(h, suffix).unlink(missing_ok=True)
@@ -523,7 +525,7 @@ class SlurmBackend:
         out: dict[str, int] = {}
         for handle in handles:
             beats = []
-            for h in _ranks(json.loads(handle)):
+            for h in ranks(json.loads(handle)):
                 try:
                     beats.append(int(self._file(h, "alive").read_text()))
                 except (FileNotFoundError, ValueError):
@@ -537,52 +539,17 @@ class SlurmBackend:
         out: dict[str, RunUsage] = {}
         for handle in handles:
             readings = []
-            for h in _ranks(json.loads(handle)):
+            for h in ranks(json.loads(handle)):
                 try:
                     readings.append(RunUsage(**json.loads(self._file(h, "usage").read_text())))
                 except (FileNotFoundError, ValueError):
                     continue
             if readings:  # a gang's: its nodes' together
-                out[handle] = readings[0] if len(readings) == 1 else _sum_usage(readings)
+                out[handle] = readings[0] if len(readings) == 1 else sum_usage(readings)
         return out
 
     def read_output(self, log_key: str, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
         return read_log(self.data_dir, log_key, offset, limit)
-
-
-def rank_run_id(run_id: str, rank: int) -> str:
-    """The name a gang's node ``rank`` keeps its files (and its local run) under: the run's own for rank 0."""
-    return run_id if rank == 0 else f"{run_id}-node{rank}"
-
-
-def _ranks(h: dict[str, Any]) -> list[dict[str, Any]]:
-    """The handle as each of its nodes' runners names its files (one, unless a gang)."""
-    return [{**h, "run": rank_run_id(str(h["run"]), r)} for r in range(len(h.get("nodes") or [None]))]
-
-
-def _sum_usage(readings: Sequence[RunUsage]) -> RunUsage:
-    fields = RunUsage.__dataclass_fields__
-    total: dict[str, Any] = {}
-    for name in fields:
-        values = [getattr(u, name) for u in readings if getattr(u, name) is not None]
-        # the workspace is one folder all nodes measure: its size once, not once per node
-        total[name] = (max if name == "disk_bytes" else sum)(values) if values else None
-    return RunUsage(**total)
-
-
-def parse_gpu_models(pairs: Sequence[str]) -> dict[str, str]:
-    """``--slurm-gpu-model a100=A100-80GB`` (repeatable) → GRES type → catalog model name."""
-    from danlu.catalog.gpu_models import resolve_model
-
-    out: dict[str, str] = {}
-    for pair in pairs:
-        gres_type, sep, model = pair.partition("=")
-        if not sep or not gres_type.strip() or not model.strip():
-            raise InvalidInput(
-                "invalid_slurm_gpu_model", f"--slurm-gpu-model takes TYPE=MODEL, e.g. a100=A100-80GB; got {pair!r}"
-            )
-        out[gres_type.strip()] = resolve_model(model.strip()).name
-    return out
 
 
 def discover(cli: SlurmCli, models: dict[str, str], *, simulated: bool) -> tuple[list[DiscoveredGpu], dict[str, str]]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from danlu.backend import Device, EnterError, EnterRequest, RunSpec, enter_with_terminal, spec_from_json
 from danlu.compute.backends.local import volume_folders
-from danlu.compute.backends.slurm import rank_run_id
+from danlu.compute.backends.slurm_parse import rank_run_id
 from danlu.compute.sandbox import volume
 
 USAGE_EVERY_S = 5.0

@@ -1,14 +1,17 @@
 """What Slurm's commands print, read: ``squeue``, ``sacct``, ``scontrol show job``, ``sinfo`` GRES, and
-the verdict on a run from its job record (``judge``). Pure: the Slurm backend (danlu.compute.backends.slurm)
-runs the commands and hands their output here."""
+the verdict on a run from its job record (``judge``); a gang's per-node file names and summed usage; the
+``--slurm-gpu-model`` pairs. Pure: the Slurm backend (danlu.compute.backends.slurm) runs the commands and
+hands their output here."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from danlu.backend import RUNNING, RunState
+from danlu.backend import RUNNING, RunState, RunUsage
+from danlu.core.errors import InvalidInput
 
 JOB_PREFIX = "danlu-"
 SQUEUE_FORMAT = "%i|%j|%T|%S|%e|%r|%N|%P|%b"
@@ -206,3 +209,38 @@ def parse_sinfo_gres(out: str) -> list[SlurmGpus]:
             if count.isdigit():
                 found[(node.strip(), gres_type)] = int(count)
     return [SlurmGpus(node, t, n) for (node, t), n in sorted(found.items())]
+
+
+def rank_run_id(run_id: str, rank: int) -> str:
+    """The name a gang's node ``rank`` keeps its files (and its local run) under: the run's own for rank 0."""
+    return run_id if rank == 0 else f"{run_id}-node{rank}"
+
+
+def ranks(h: dict[str, Any]) -> list[dict[str, Any]]:
+    """The handle as each of its nodes' runners names its files (one, unless a gang)."""
+    return [{**h, "run": rank_run_id(str(h["run"]), r)} for r in range(len(h.get("nodes") or [None]))]
+
+
+def sum_usage(readings: Sequence[RunUsage]) -> RunUsage:
+    fields = RunUsage.__dataclass_fields__
+    total: dict[str, Any] = {}
+    for name in fields:
+        values = [getattr(u, name) for u in readings if getattr(u, name) is not None]
+        # the workspace is one folder all nodes measure: its size once, not once per node
+        total[name] = (max if name == "disk_bytes" else sum)(values) if values else None
+    return RunUsage(**total)
+
+
+def parse_gpu_models(pairs: Sequence[str]) -> dict[str, str]:
+    """``--slurm-gpu-model a100=A100-80GB`` (repeatable) → GRES type → catalog model name."""
+    from danlu.catalog.gpu_models import resolve_model
+
+    out: dict[str, str] = {}
+    for pair in pairs:
+        gres_type, sep, model = pair.partition("=")
+        if not sep or not gres_type.strip() or not model.strip():
+            raise InvalidInput(
+                "invalid_slurm_gpu_model", f"--slurm-gpu-model takes TYPE=MODEL, e.g. a100=A100-80GB; got {pair!r}"
+            )
+        out[gres_type.strip()] = resolve_model(model.strip()).name
+    return out
