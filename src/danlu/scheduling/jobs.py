@@ -149,6 +149,24 @@ def _check_workspace(s: Session, user: User, instance_id: str) -> None:
         )
 
 
+def _check_request(
+    command: list[str], gpus: int, env: dict[str, str] | None, priority: str, est_duration_s: int | None
+) -> dict[str, str]:
+    """What a job asks for, on its own (no database): a command, a whole GPU count, valid variables (returned),
+    a known priority, a positive duration estimate."""
+    if not command or not all(isinstance(c, str) and c for c in command[:1]):
+        raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
+    check_command_args(command)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= 1024:
+        raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, from 1 to 1024")
+    env = validate_env(env)
+    if priority not in PRIORITIES:
+        raise InvalidInput("invalid_priority", f"--priority is one of {', '.join(PRIORITIES)}")
+    if est_duration_s is not None and est_duration_s <= 0:
+        raise InvalidInput("invalid_duration", "--est-duration must be a positive number of seconds")
+    return env
+
+
 def submit(
     p: Platform,
     user: User,
@@ -171,17 +189,8 @@ def submit(
     must succeed first (:func:`_check_after`); ``workspace_of``: a rental of the caller's whose workspace its
     runs use in place (:func:`_check_workspace`)."""
     check_may_run(p, user)
-    if not command or not all(isinstance(c, str) and c for c in command[:1]):
-        raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
-    check_command_args(command)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= 1024:
-        raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, from 1 to 1024")
-    env = validate_env(env)
+    env = _check_request(command, gpus, env, priority, est_duration_s)
     limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
-    if priority not in PRIORITIES:
-        raise InvalidInput("invalid_priority", f"--priority is one of {', '.join(PRIORITIES)}")
-    if est_duration_s is not None and est_duration_s <= 0:
-        raise InvalidInput("invalid_duration", "--est-duration must be a positive number of seconds")
     types = [resolve_model(t).name for t in (gpu_types or [])]
     now = p.clock.now_ms()
     if deadline_ms is not None and deadline_ms <= now:
