@@ -37,6 +37,7 @@ test: $(STAMP) system-deps
 	@tools/install-system-deps.sh ssh:openssh-client rsync:rsync     # the SSH gateway's tests use OpenSSH's own clients
 	@tools/install-system-deps.sh systemd-analyze:systemd           # the systemd unit's test verifies it
 	@tools/install-system-deps.sh mmdebstrap:mmdebstrap             # the image builder's test builds a small image (cached)
+	@tools/install-system-deps.sh gocryptfs:gocryptfs               # --encrypt-workspaces' tests
 	@tools/install-system-deps.sh prometheus:prometheus             # a real Prometheus scrapes a live server in a test
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
@@ -66,6 +67,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/sandbox_startup.py
 	$(BIN)/python benchmarks/sandbox_many.py
 	$(BIN)/python benchmarks/run_accounting.py
+	$(BIN)/python benchmarks/encrypted_workspace.py
 	$(BIN)/python benchmarks/session_latency.py
 	$(BIN)/python benchmarks/port_proxy.py
 	$(BIN)/python benchmarks/shell_echo.py

@@ -241,6 +241,7 @@ def make_platform(
     network: str = "auto",
     cgroups: str = "auto",
     disk: str = "watch",
+    encrypt: bool = False,
     host_settings: dict[str, int | str] | None = None,
     **settings: object,
 ) -> tuple[Platform, str]:
@@ -248,7 +249,7 @@ def make_platform(
     as in production); returns it and the admin token."""
     _from_migrated_template(db_url)
     db = open_database(db_url)
-    backend, sandbox = make_local_backend(data_dir, network=network, cgroups=cgroups, disk=disk)
+    backend, sandbox = make_local_backend(data_dir, network=network, cgroups=cgroups, disk=disk, encrypt=encrypt)
     sandbox_dir = sandbox_folder() if sandbox.identity == "per-renter uid" else None
     boot = bootstrap(
         db,

@@ -351,6 +351,8 @@ class SandboxStatus:
     identity: str = "platform user"  # per-renter uid | platform user
     outbound_ok: bool = False  # whether the ``outbound`` policy can be chosen for this host
     disk: str = "none"  # how the workspace disk limit holds: kernel | watched | none
+    keys: Path | None = None  # where workspaces' keys are kept (danlu.compute.sandbox.crypt)
+    encrypt: bool = False  # new workspaces are encrypted at rest (--encrypt-workspaces)
 
     @property
     def disk_enforced_by(self) -> str:
@@ -366,6 +368,7 @@ class SandboxStatus:
         if self.mode == "bubblewrap":
             what = f"{self.identity}; limits by {self.limits}; disk limit by {self.disk_enforced_by}"
             what += f"; network {self.network}"
+            what += "; workspaces encrypted at rest (gocryptfs)" if self.encrypt else ""
             return f"sandbox: bubblewrap ({what}) — {self.detail}"
         if self.mode == "off":
             return f"sandbox: OFF (--no-sandbox) — {self.detail}"

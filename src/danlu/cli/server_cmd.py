@@ -88,6 +88,18 @@ def server(
         "the limit's size per workspace: the kernel refuses writes past it; needs root and loop devices), "
         "watch (measured every 15 s, the run stopped when over).",
     ),
+    encrypt_workspaces: bool = typer.Option(
+        False,
+        "--encrypt-workspaces",
+        help="Keep new workspaces encrypted at rest (gocryptfs, a key per workspace; needs root and FUSE). "
+        "Protects a stolen or discarded disk, not against the operator: docs/security.md.",
+    ),
+    workspace_keys: Path = typer.Option(
+        None,
+        "--workspace-keys",
+        help="Folder of the workspaces' keys (default DATA/workspace-keys). Keep it off the disk the "
+        "workspaces are on, or a stolen disk holds the keys too.",
+    ),
     sandbox_uids: str = typer.Option(
         "2000000-2999999", "--sandbox-uids", help="Range of unprivileged uids given to renters, one each."
     ),

@@ -38,7 +38,7 @@ from danlu.compute.runs import (
     write_preempt_deadline,
 )
 from danlu.compute.sandbox import volume
-from danlu.compute.storage import end_storage, start_storage
+from danlu.compute.storage import end_storage, new_workspace, start_storage
 from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
 from danlu.compute.workspace_use import job_in_workspace, resting_workspace, workspace_in_use
 from danlu.context import Platform
@@ -290,6 +290,7 @@ def rent(
             begin_launch(p, instance_id)
     except BaseException:
         if copied is not None:  # refused (capacity, money, disk): the copy goes
+            volume.release(p.workspaces / instance_id, p.sandbox.keys)
             fstree.remove_tree(p.workspaces / instance_id)
         raise
     launch(p, instance_id, spec)
@@ -310,13 +311,14 @@ def copy_workspace(p: Platform, user: User, source_id: str, dest: Path) -> int:
         src = resting_workspace(s, user, source_id, "copied")
         source = Path(src.workspace)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    new_workspace(p, dest)
     if not source.is_dir():  # never started: an empty workspace
-        dest.mkdir()
         return 0
     proc = subprocess.run(
         ["cp", "-a", "--no-target-directory", "--", str(source), str(dest)], capture_output=True, text=True
     )
     if proc.returncode != 0:
+        volume.release(dest, p.sandbox.keys)
         fstree.remove_tree(dest)
         raise Conflict("copy_failed", f"could not copy {source_id}'s workspace: {proc.stderr.strip()[-300:]}")
     return workspace_bytes(str(dest))
@@ -554,6 +556,6 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
     elif orphaned:
         p.backend.discard(instance_id)
     p.end_transfers(instance_id)
-    volume.release(p.workspaces / instance_id)  # its own file system, where the kernel holds the disk limit
+    volume.release(p.workspaces / instance_id, p.sandbox.keys)  # its own file systems, its key
     for folder in (p.workspaces / instance_id, p.run_dirs / instance_id, p.control_dir(instance_id)):
         fstree.remove_tree(folder)  # renter-built trees of any depth (shutil.rmtree recursed and raised)

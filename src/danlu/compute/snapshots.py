@@ -26,7 +26,8 @@ from sqlalchemy import func, select
 from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
 from danlu.compute import fstree
-from danlu.compute.storage import close_stored, due_for_release, open_stored, release_workspace
+from danlu.compute.sandbox import volume
+from danlu.compute.storage import close_stored, due_for_release, new_workspace, open_stored, release_workspace
 from danlu.compute.workspace_use import resting_workspace
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -280,15 +281,23 @@ def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> int:
         inst = s.get(Instance, row.instance_id)
         source = inst.workspace if inst is not None else str(p.workspaces / row.instance_id)
     # restic 0.14 (Debian 12) restores a snapshot's full path under the target: restore into a staging
-    # folder beside the new workspace (one file system), then move the workspace folder into place.
-    staging = dest.with_name(dest.name + ".restoring")
-    staging.mkdir(parents=True, mode=0o700)
+    # folder inside the new workspace (its file system: encrypted where workspaces are), then move what the
+    # workspace held into place.
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    new_workspace(p, dest)
+    staging = dest / ".danlu-restoring"
+    staging.mkdir(mode=0o700)
     try:
         _restic(p, repo, key, "restore", row.restic_id, "--target", str(staging))
-        (staging / source.lstrip("/")).rename(dest)
+        restored = staging / source.lstrip("/")
+        for entry in os.listdir(restored):
+            os.rename(restored / entry, dest / entry)
+        st = os.stat(restored)
+        os.chown(dest, st.st_uid, st.st_gid)
+        os.chmod(dest, st.st_mode & 0o7777)
+        fstree.remove_tree(staging)
     except BaseException:
+        volume.release(dest, p.sandbox.keys)
         fstree.remove_tree(dest)
         raise
-    finally:
-        fstree.remove_tree(staging)
     return row.size_bytes

@@ -12,16 +12,18 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from danlu.backend import LaunchError
 from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
 from danlu.billing.metering import meter_account
 from danlu.billing.price_plans import current_plan
 from danlu.compute import fstree
 from danlu.compute.lifecycle import KEEPS_WORKSPACE
-from danlu.compute.sandbox import volume
+from danlu.compute.sandbox import crypt, volume
 from danlu.compute.views import workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
+from danlu.core.errors import Conflict
 from danlu.db.models import AllocationRow, Event, Instance
 
 
@@ -172,6 +174,19 @@ def release_workspace(p: Platform, inst_id: str, now: int, snapshot_id: str | No
         )
         workspace = inst.workspace
     p.end_transfers(inst_id)
-    volume.release(Path(workspace))
+    volume.release(Path(workspace), p.sandbox.keys)
     fstree.remove_tree(workspace)
     return 1
+
+
+def new_workspace(p: Platform, dest: Path) -> None:
+    """An empty workspace folder to copy into before the rental's first start: encrypted from the first byte
+    where the server encrypts workspaces (its kernel-limited image is made at the first start)."""
+    if p.sandbox.encrypt and p.sandbox.keys is not None:
+        try:
+            crypt.unlock(dest, p.sandbox.keys)
+        except LaunchError as exc:
+            volume.release(dest, p.sandbox.keys)
+            raise Conflict("copy_failed", f"could not make an encrypted workspace: {exc}") from None
+    else:
+        dest.mkdir(exist_ok=True)

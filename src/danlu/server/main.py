@@ -60,6 +60,8 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     try:
         if opts.backend_name not in ("local", "slurm"):
             raise DanluError("invalid_backend", f"--backend is local or slurm, not {opts.backend_name!r}")
+        if opts.encrypt_workspaces and opts.backend_name == "slurm":  # a node's runner makes its workspace
+            raise DanluError("sandbox_setup", "--encrypt-workspaces works with the local backend only, not Slurm")
         tls = tls_options(opts.tls_cert, opts.tls_key)
         gpus, gpu_note, slurm = discover_gpus(opts)
         demotion = server_demotion(
@@ -78,6 +80,8 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
                 cgroups=opts.cgroups,
                 network=opts.network or "auto",
                 disk=opts.disk_limit if slurm is None else "watch",  # Slurm nodes' runners watch (docs/slurm.md)
+                encrypt=opts.encrypt_workspaces,
+                keys=opts.workspace_keys.resolve() if opts.workspace_keys else None,
             )
         except (OSError, ValueError) as exc:
             raise DanluError("sandbox_setup", str(exc)) from None
@@ -91,8 +95,9 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         clock = SystemClock()
         database = open_database(url)
         sandbox_dir = opts.sandbox_dir.resolve() if opts.sandbox_dir else sandbox_dir_for(data_dir, sandbox)
-        if local.sandbox is not None and local.sandbox.disk == "image":
-            volume.mount_all(sandbox_dir)  # workspaces' file systems (a reboot unmounted them)
+        if local.sandbox is not None and (local.sandbox.disk == "image" or local.sandbox.keys):
+            # workspaces' file systems, encrypted ones among them (a reboot unmounted them)
+            volume.mount_all(sandbox_dir, local.sandbox.keys)
         boot = bootstrap(
             database,
             data_dir,

@@ -38,6 +38,8 @@ class ServerOptions:
     network: str | None = None
     cgroups: str = "auto"
     disk_limit: str = "auto"
+    encrypt_workspaces: bool = False
+    workspace_keys: Path | None = None
     sandbox_uids: str = "2000000-2999999"
     cpus_per_gpu: float | None = None
     mem_per_gpu: str | None = None

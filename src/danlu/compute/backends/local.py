@@ -184,9 +184,12 @@ class LocalBackend:
         for suffix in ("exit", "started", "reason"):
             (run_dir / f"{spec.run_id}.{suffix}").unlink(missing_ok=True)
         uid = spec.uid if self.sandbox is not None and self.sandbox.as_root else None
-        if self.sandbox is not None and self.sandbox.disk == "image" and spec.limits is not None:
+        if self.sandbox is not None and spec.limits is not None:
+            sb, disk = self.sandbox, spec.limits.disk_bytes
             for limited in volume_folders(spec):
-                volume.ensure(limited, spec.limits.disk_bytes, file_limit(spec.limits.disk_bytes))
+                volume.prepare(
+                    limited, disk, file_limit(disk), image=sb.disk == "image", keys=sb.keys, encrypt=sb.encrypt
+                )
         for folder in (spec.workspace, spec.checkpoints):
             if folder is not None:
                 _chown_private(folder, uid)

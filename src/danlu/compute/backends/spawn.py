@@ -40,6 +40,10 @@ class SandboxOptions:
     # image: each workspace is an ext4 file system of its limit's size (the kernel stops writes past it,
     # danlu.compute.sandbox.volume); watch: the disk watcher alone measures it every disk_check_s
     disk: str = "watch"
+    # where each workspace's key is kept (danlu.compute.sandbox.crypt), and whether new workspaces are
+    # encrypted (``--encrypt-workspaces``); workspaces encrypted before stay so either way
+    keys: Path | None = None
+    encrypt: bool = False
     fork_bomb_s: float = 10.0
     own_addresses: list[str] = field(default_factory=host_addresses)
     # keyutils' keyctl: each run joins a session keyring of its own (else every sandbox would share

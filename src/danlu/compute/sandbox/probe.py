@@ -19,7 +19,7 @@ from danlu.backend import SandboxStatus
 from danlu.compute.backends.local import LocalBackend
 from danlu.compute.backends.spawn import SandboxOptions
 from danlu.compute.sandbox import cgroups as cg
-from danlu.compute.sandbox import volume
+from danlu.compute.sandbox import crypt, volume
 from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import outbound_available, resolve_policy
 
@@ -87,11 +87,23 @@ def resolve_disk(disk: str) -> tuple[str, str]:
 
 
 def make_local_backend(
-    data_dir: Path, *, no_sandbox: bool = False, cgroups: str = "auto", network: str = "auto", disk: str = "watch"
+    data_dir: Path,
+    *,
+    no_sandbox: bool = False,
+    cgroups: str = "auto",
+    network: str = "auto",
+    disk: str = "watch",
+    encrypt: bool = False,
+    keys: Path | None = None,
 ) -> tuple[LocalBackend, SandboxStatus]:
     """The local backend this host can run, and what it gives. Raises ValueError/OSError when an
-    explicitly asked-for part (``--cgroups v2``, ``--network outbound``, ``--disk-limit image``) is not
-    available. ``disk`` defaults to the watcher here; the server asks for ``auto``."""
+    explicitly asked-for part (``--cgroups v2``, ``--network outbound``, ``--disk-limit image``,
+    ``--encrypt-workspaces``) is not available. ``disk`` defaults to the watcher here; the server asks for
+    ``auto``. ``keys``: where workspaces' keys are kept (``DATA/workspace-keys``)."""
+    if encrypt and not crypt.available()[0]:
+        raise ValueError(f"--encrypt-workspaces: {crypt.available()[1]}")
+    if encrypt and no_sandbox:
+        raise ValueError("--encrypt-workspaces needs the sandbox (not --no-sandbox): workspaces are mounted for it")
     if no_sandbox:
         status = SandboxStatus("off", "renters' code runs as the platform's own user; for one trusted user only")
         return LocalBackend(data_dir, None), status
@@ -104,7 +116,10 @@ def make_local_backend(
     driver = cg.detect(deployment_tag(data_dir), cgroups)
     policy, note = resolve_policy(network)
     disk_mode, disk_note = resolve_disk(disk)
-    options = SandboxOptions(cgroups=driver, as_root=as_root, network=policy, disk=disk_mode)
+    keys = keys or data_dir / "workspace-keys"
+    options = SandboxOptions(
+        cgroups=driver, as_root=as_root, network=policy, disk=disk_mode, keys=keys, encrypt=encrypt
+    )
     status = SandboxStatus(
         "bubblewrap",
         "; ".join(n for n in (note or why, f"disk limit not by the kernel: {disk_note}" if disk_note else "") if n),
@@ -113,5 +128,7 @@ def make_local_backend(
         identity="per-renter uid" if as_root else "platform user (server not root: no per-renter uid)",
         outbound_ok=outbound_available()[0],
         disk="kernel" if disk_mode == "image" else "watched",
+        keys=keys,
+        encrypt=encrypt,
     )
     return LocalBackend(data_dir, options), status

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from danlu.backend import LaunchError
 from danlu.compute import fstree
+from danlu.compute.sandbox import crypt
 from danlu.compute.sandbox.helpers import SAFE_PATH
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,11 @@ def usable(folder: Path) -> int:
 def tolerance(disk_bytes: int) -> int:
     """How much more than the limit a renter may store: resize2fs works in whole block groups' metadata."""
     return max(2 * MiB, disk_bytes // 500)
+
+
+def fits(folder: Path, disk_bytes: int) -> bool:
+    """The file system at ``folder`` stores ``disk_bytes`` and at most ``tolerance`` more."""
+    return disk_bytes <= usable(folder) <= disk_bytes + tolerance(disk_bytes)
 
 
 def image_of(folder: Path) -> Path:
@@ -191,9 +197,9 @@ def fit(image: Path, folder: Path, disk_bytes: int) -> None:
     a renter must be able to start it to delete files. A resize onto a smaller limit is refused before
     that (``409 disk_limit``, danlu.compute.instances), so this is a workspace already over its limit."""
     for _ in range(4):
-        have = usable(folder)
-        if disk_bytes <= have <= disk_bytes + tolerance(disk_bytes):
+        if fits(folder, disk_bytes):
             return
+        have = usable(folder)
         try:
             _unmount(folder)
             _detached(image, folder)
@@ -215,6 +221,28 @@ def fit(image: Path, folder: Path, disk_bytes: int) -> None:
             _mount(image, folder)
     if usable(folder) < disk_bytes:
         raise LaunchError(f"could not size {folder}'s file system to {disk_bytes // MiB} MiB")
+
+
+def prepare(folder: Path, disk_bytes: int, files: int, *, image: bool, keys: Path | None, encrypt: bool) -> None:
+    """Make ``folder`` ready for a run: a file system of the limit's size where ``image`` (the kernel holds
+    the limit), encrypted (danlu.compute.sandbox.crypt, keys in ``keys``) where it already is or where
+    ``encrypt`` and the folder is new. A workspace that holds files unencrypted stays as it is: turning
+    encryption on encrypts the workspaces made from then on. Raises ``LaunchError`` saying why it could not."""
+    store = crypt.store_of(folder)
+    held = image_of(folder).exists() or (folder.is_dir() and not os.path.ismount(folder) and any(folder.iterdir()))
+    if keys is None or not (store.exists() or (encrypt and not held)):
+        if image:
+            ensure(folder, disk_bytes, files)
+        return
+    if image:  # the store is the image: the kernel limits the ciphertext (a little more than the files)
+        limit = crypt.stored_bytes(disk_bytes)
+        ready = crypt.is_open(folder) and os.path.ismount(store) and image_of(store).exists() and fits(store, limit)
+        if not ready:
+            crypt.lock(folder)  # the store below it is resized or moved into its image
+            crypt.make_parents(store)
+            ensure(store, limit, files * 2)  # a folder's gocryptfs.diriv is a file of its own
+            os.chmod(store, 0o700)
+    crypt.unlock(folder, keys)
 
 
 def ensure(folder: Path, disk_bytes: int, files: int) -> None:
@@ -266,18 +294,24 @@ def _drop_lost_found(folder: Path) -> None:
 
 
 def detach(folder: Path) -> None:
-    """Unmount ``folder``'s file system, keeping its image (its files stay there): a finished job's, which no
-    run needs mounted any more (each held a loop device for as long as the server ran)."""
-    if os.path.ismount(folder):
-        _unmount(folder, lazy=True)
+    """Unmount ``folder``'s file systems, keeping its image and store (its files stay there): a finished
+    job's, which no run needs mounted any more (each held a loop device for as long as the server ran)."""
+    crypt.lock(folder, lazy=True)
+    store = crypt.store_of(folder)
+    for mounted in (store, folder):
+        if os.path.ismount(mounted):
+            _unmount(mounted, lazy=True)
 
 
-def release(folder: Path) -> None:
-    """The folder goes: unmount and delete its image (a no-op for a folder without one)."""
+def release(folder: Path, keys: Path | None = None) -> None:
+    """The folder goes: unmount it and delete its image, its encrypted store and its key (a no-op for a
+    folder without them)."""
     detach(folder)
-    image = image_of(folder)
-    for path in (image, image.with_suffix(".part")):
-        path.unlink(missing_ok=True)
+    store = crypt.store_of(folder)
+    for image in (image_of(folder), image_of(store)):
+        for path in (image, image.with_suffix(".part")):
+            path.unlink(missing_ok=True)
+    crypt.forget(folder, keys)
 
 
 def _clear_partial(part: Path) -> None:
@@ -291,10 +325,16 @@ def _clear_partial(part: Path) -> None:
     part.unlink(missing_ok=True)
 
 
-def mount_all(sandbox_dir: Path) -> int:
+def mount_all(sandbox_dir: Path, keys: Path | None = None) -> int:
     """Mount every image at its folder again (after a reboot mounts are gone), after ending every move into an
-    image a killed server left half done; returns how many were mounted. One that fails is logged and left:
-    its instance's next start says why."""
+    image a killed server left half done, then every encrypted workspace on its store (``keys``); returns how
+    many were mounted. One that fails is logged and left: its instance's next start says why."""
+    if keys is not None:
+        return _mount_images(sandbox_dir / "ciphers") + _mount_images(sandbox_dir) + crypt.unlock_all(sandbox_dir, keys)
+    return _mount_images(sandbox_dir)
+
+
+def _mount_images(sandbox_dir: Path) -> int:
     volumes = sandbox_dir / "volumes"
     if not volumes.is_dir():
         return 0
