@@ -211,7 +211,12 @@ def test_a_renter_writing_files_never_makes_its_own_stat_fail() -> None:
     keys, folder = base / "keys", base / "workspaces" / "i-busy"
     as_renter = ["setpriv", "--reuid", "2999990", "--regid", "2999990", "--clear-groups"]
     try:
-        volume.prepare(folder, 64 * MiB, 10_000, image=volume.available()[0], keys=keys, encrypt=True)
+        umask = os.umask(0o077)  # as `danlu server` runs
+        try:
+            volume.prepare(folder, 64 * MiB, 10_000, image=volume.available()[0], keys=keys, encrypt=True)
+        finally:
+            os.umask(umask)
+        os.chmod(folder.parent, 0o711)  # the renter reaches it by path here (a sandbox binds it)
         os.chown(folder, 2999990, 2999990)
         writer = subprocess.Popen(
             [*as_renter, "sh", "-c", f"cd {folder}; mkdir m; for k in $(seq 20); do for i in $(seq 20); do "

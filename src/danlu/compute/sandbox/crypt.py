@@ -60,8 +60,16 @@ def stored_bytes(disk_bytes: int) -> int:
     return disk_bytes * OVERHEAD[0] // OVERHEAD[1]
 
 
+# gocryptfs's own files (each folder's gocryptfs.diriv) must be readable by the renter's uid, which gocryptfs
+# takes on while it creates a renter's file (``make_parents``); the server's umask (077) would make them 0400,
+# root's alone (gocryptfs makes them 0444: an IV is not secret)
+UMASK = 0o022
+
+
 def _call(*cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, env={"PATH": SAFE_PATH}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={"PATH": SAFE_PATH}, stdin=subprocess.DEVNULL, umask=UMASK
+    )
 
 
 def mounted(folder: Path) -> bool:
@@ -138,7 +146,7 @@ def _mount(store: Path, at: Path, key: Path) -> None:
     with tempfile.TemporaryFile() as err:
         r = subprocess.run(
             ["gocryptfs", "-q", "-nosyslog", "-allow_other", "-passfile", str(key), str(store), str(at)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={"PATH": SAFE_PATH},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={"PATH": SAFE_PATH}, umask=UMASK,
         )  # fmt: skip
         if r.returncode != 0:
             err.seek(0)
