@@ -71,6 +71,28 @@ def test_a_job_submitted_with_the_form_is_queued_with_the_chosen_gpus(live: Live
     assert (second["gpus"], second["gpu_types"], second["interruptible"], second["deadline"]) == (1, ["T4"], True, None)
 
 
+def test_a_pipeline_step_from_the_form_runs_after_a_job_in_a_rentals_workspace(live: LiveServer) -> None:
+    """``danlu run --after JOB --workspace ID`` in the console: both are chosen from the renter's own."""
+    api, c = _renter(live)
+    first = api.post("/jobs", json={"command": ["sh", "-c", "echo pre"], "gpus": 1, "gpu_types": ["T4"]}).json()["id"]
+    rental = _rent(api, name="data")
+    form = {"csrf": csrf_of(c, "/jobs"), "command": "python3 train.py", "gpus": "1", "gpu_types": ["T4"]}
+    page = c.get("/jobs/new").text
+    assert f'<option value="{first}">' in page and f'<option value="{rental}">' in page and "“data”" in page
+    mallory_api, _ = _renter(live, "mallory")
+    theirs = mallory_api.post("/jobs", json={"command": ["true"], "gpus": 1, "gpu_types": ["T4"]}).json()["id"]
+    for bad, code in [({"after": theirs}, 404), ({"workspace": "i-0000000000"}, 404), ({"workspace": "x"}, 422)]:
+        r = c.post("/jobs/new", data={**form, **bad})
+        assert r.status_code == code and 'id="form-error"' in r.text, (bad, r.text[-500:])
+    assert [j["id"] for j in api.get("/jobs").json()] == [first]  # nothing was submitted
+    r = c.post("/jobs/new", data={**form, "after": first, "workspace": rental})
+    assert r.status_code == 303, r.text
+    job = api.get(r.headers["location"]).json()
+    assert (job["after"], job["workspace_of"]) == (first, rental), job
+    shown = c.get(r.headers["location"]).text
+    assert f'href="/jobs/{first}"' in shown and f'href="/instances/{rental}"' in shown
+
+
 def test_a_bad_deadline_changes_nothing_and_shows_the_error_on_the_form(live: LiveServer) -> None:
     api, c = _renter(live)
     csrf = csrf_of(c, "/jobs")

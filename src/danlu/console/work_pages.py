@@ -25,9 +25,11 @@ from danlu.api.schemas.instances import OfferOut, ScheduleIn
 from danlu.compute.images import list_images
 from danlu.compute.limits import parse_seconds
 from danlu.compute.offers import list_offers
+from danlu.compute.views import list_instances
 from danlu.console.web import SECURITY_HEADERS, ConsoleRoute, Ctx, Page, Post, back, validated, with_flash
 from danlu.core.errors import DanluError, InvalidInput, NotFound
 from danlu.notify import webhooks as webhooks_svc
+from danlu.scheduling import jobs as jobs_svc
 from danlu.scheduling.model import PRIORITIES
 from danlu.telemetry.chart import H, W, render_svg
 
@@ -58,10 +60,15 @@ def _or_none(text: str) -> str | None:
 
 def _job_form(ctx: Ctx, values: dict[str, object], error: str | None = None, status: int = 200) -> Response:
     offers = [OfferOut.of(o) for o in list_offers(ctx.platform) if o.price_per_hour_minor is not None]
+    # what --after and --workspace may name: the renter's jobs that may still succeed, rentals that keep a workspace
+    jobs = [j for j in jobs_svc.list_jobs(ctx.platform, ctx.me) if j.status not in ("failed", "cancelled")]
+    rentals = [i for i in list_instances(ctx.platform, ctx.me) if i.workspace_released_at_ms is None]
     return ctx.render(
         "work_job_new.html",
         status=status,
         offers=offers,
+        jobs=jobs,
+        rentals=rentals,
         images=list_images(ctx.platform),
         priorities=list(PRIORITIES),
         v=values,
@@ -80,6 +87,8 @@ JOB_DEFAULTS: dict[str, object] = {
     "image": "host",
     "idle_stop": "",
     "max_duration": "",
+    "after": "",
+    "workspace": "",
 }
 
 
@@ -102,8 +111,12 @@ def submit_job(
     image: Text = "host",
     idle_stop: Text = "",
     max_duration: Text = "",
+    after: Text = "",
+    workspace: Text = "",
 ) -> Response:
     values: dict[str, object] = {
+        "after": after,
+        "workspace": workspace,
         "command": command,
         "gpus": gpus,
         "gpu_types": list(gpu_types or []),
@@ -128,6 +141,8 @@ def submit_job(
             image=image.strip() or "host",
             idle_stop=_or_none(idle_stop),
             max_duration=_or_none(max_duration),
+            after=_or_none(after),
+            workspace=_or_none(workspace),
         )
         out = jobs_api.submit(body, ctx.platform, ctx.me, ctx.request)
     except DanluError as e:
