@@ -78,3 +78,19 @@ def attack(c: httpx.Client, script: str, **extra: Any) -> tuple[dict[str, Any], 
     view = finished(c, iid)
     time.sleep(0.1)
     return view, log_of(c, iid)
+
+
+def tiny_rootfs(root: Path) -> Path:
+    """A minimal image the test makes itself: busybox (Debian busybox-static) and its applets."""
+    import shutil
+
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.fail("busybox is not installed (make test installs Debian's busybox-static)")
+    (root / "bin").mkdir(parents=True)
+    (root / "etc").mkdir()
+    shutil.copy2(busybox, root / "bin" / "busybox")
+    for applet in ("sh", "echo", "cat", "rm", "chmod", "id", "ls", "sleep"):
+        (root / "bin" / applet).symlink_to("busybox")
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\n")
+    return root

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, wait_for
-from tests.sandbox.conftest import CANARY, attack, log_of, rent
+from tests.sandbox.conftest import CANARY, attack, log_of, rent, tiny_rootfs
 
 VICTIM_SECRET = "victor-secret-" + os.urandom(6).hex()
 VICTIM_LOG_SECRET = "victor-log-" + os.urandom(6).hex()
@@ -151,7 +151,7 @@ def test_no_route_to_the_database_or_the_control_plane(sbx: LiveServer, mallory:
 def test_writes_outside_workspace_and_tmp_fail_and_the_image_is_unchanged(
     sbx: LiveServer, mallory: httpx.Client, tmp_path: Path
 ) -> None:
-    root = _tiny_rootfs(tmp_path / "tiny")
+    root = tiny_rootfs(tmp_path / "tiny")
     with sbx.admin() as a:
         r = a.post("/admin/images", json={"name": "tiny", "source": str(root), "description": "busybox"})
         assert r.status_code == 201, r.text
@@ -182,22 +182,6 @@ def _host_pids_running(needle: str) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.process_iter(["cmdline"]) if " ".join(p.info.get("cmdline") or []) == needle]
-
-
-def _tiny_rootfs(root: Path) -> Path:
-    """A minimal image the test makes itself: busybox (Debian busybox-static) and its applets."""
-    import shutil
-
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        pytest.fail("busybox is not installed (make test installs Debian's busybox-static)")
-    (root / "bin").mkdir(parents=True)
-    (root / "etc").mkdir()
-    shutil.copy2(busybox, root / "bin" / "busybox")
-    for applet in ("sh", "echo", "cat", "rm", "chmod", "id", "ls"):
-        (root / "bin" / applet).symlink_to("busybox")
-    (root / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\n")
-    return root
 
 
 def _tree_digest(root: Path) -> str:

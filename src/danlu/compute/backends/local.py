@@ -53,7 +53,7 @@ from danlu.compute.backends import netns
 from danlu.compute.backends.entering import enter_plain, enter_sandbox
 from danlu.compute.backends.procs import kill_group_leftovers, live_process, send
 from danlu.compute.backends.spawn import SandboxOptions, spawn_plain, spawn_sandboxed
-from danlu.compute.sandbox import bwrap, volume
+from danlu.compute.sandbox import bwrap, driver, volume
 from danlu.compute.sandbox.disk import DiskWatcher, Watched, file_limit, violation
 from danlu.compute.sandbox.netstat import NetCounter
 
@@ -216,6 +216,8 @@ class LocalBackend:
                 h["ckpt"] = str(spec.checkpoints) if spec.checkpoints is not None else None
                 if self.sandbox.disk == "image":
                     h["kd"] = True  # the kernel holds its disk limit: the watcher only reads the use
+                if self.sandbox.driver and driver.applies(spec):
+                    h["drv"] = True  # the host's GPU driver is bound in: sessions get its folders too
             h.update(pid=pid, ct=psutil.Process(pid).create_time(), ws=str(spec.workspace))
         except BaseException as exc:
             with self._lock:
@@ -435,6 +437,8 @@ class LocalBackend:
             env["DANLU_PREEMPT_FILE"] = f"{bwrap.CONTROL}/{PREEMPT_FILE}"
             if h.get("ckpt"):
                 env["DANLU_CHECKPOINT_DIR"] = bwrap.CHECKPOINTS
+            if h.get("drv"):
+                env = driver.environment(env)
         request = replace(request, env={**env, **request.env})
         if not sandboxed:
             return enter_plain(h, request)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from danlu.backend import LaunchError, RunSpec
-from danlu.compute.sandbox import bwrap, network
+from danlu.compute.sandbox import bwrap, driver, network
 from danlu.compute.sandbox.cgroups import Cgroups
 from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import NetworkError, host_addresses, nft_rules
@@ -44,6 +44,9 @@ class SandboxOptions:
     # encrypted (``--encrypt-workspaces``); workspaces encrypted before stay so either way
     keys: Path | None = None
     encrypt: bool = False
+    # the host's NVIDIA driver files (host path, path in the sandbox), bound into a registered image's runs
+    # that have GPUs (danlu.compute.sandbox.driver); none where the host has no driver
+    driver: tuple[tuple[str, str], ...] = ()
     fork_bomb_s: float = 10.0
     own_addresses: list[str] = field(default_factory=host_addresses)
     # keyutils' keyctl: each run joins a session keyring of its own (else every sandbox would share
@@ -130,7 +133,8 @@ def spawn_sandboxed(
         sb.cgroups.create(spec.run_id, limits)
     entries = bwrap.host_image_entries() if spec.image.kind == "host" else bwrap.image_entries(spec.image.path)
     overlays = write_overlays(spec, entries, uid)
-    env = bwrap.environment(spec)
+    drv = sb.driver if driver.applies(spec) else ()  # the host's GPU driver, for an image not the host's
+    env = driver.environment(bwrap.environment(spec)) if drv else bwrap.environment(spec)
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     exit_r, exit_w = os.pipe()  # closes when the supervisor ends: slirp4netns's cue to exit
@@ -162,7 +166,7 @@ def spawn_sandboxed(
     else:
         chain += ["setpriv", "--no-new-privs", "--"]
     options = bwrap.bwrap_args(
-        spec, entries, overlays=overlays, info_fd=info_w, block_fd=block_r, tmp_bytes=sb.tmp_bytes
+        spec, entries, overlays=overlays, binds=drv, info_fd=info_w, block_fd=block_r, tmp_bytes=sb.tmp_bytes
     )
     args_fd = os.memfd_create("danlu-args", 0)
     os.write(args_fd, b"".join(a.encode() + b"\0" for a in [*bwrap.env_args(env), *options]))

@@ -110,6 +110,7 @@ def bwrap_args(
     entries: Sequence[Entry],
     *,
     overlays: Sequence[tuple[Path, str]] = (),
+    binds: Sequence[tuple[str, str]] = (),
     info_fd: int,
     block_fd: int,
     tmp_bytes: int,
@@ -148,6 +149,8 @@ def bwrap_args(
             if d.simulated
             else ["--dev-bind", str(d.host_path), d.sandbox_path]
         )
+    for path, inside in binds:  # the host's GPU driver files (danlu.compute.sandbox.driver), read-only
+        a += ["--ro-bind", path, inside]
     # bubblewrap builds the root (and /dev) on a tmpfs the renter's uid owns: make both read-only
     # once everything is mounted, so only /workspace, /tmp, /dev/shm (and /checkpoints) take writes.
     a += ["--remount-ro", "/dev", "--remount-ro", "/"]

@@ -20,6 +20,7 @@ from danlu.compute.backends.local import LocalBackend
 from danlu.compute.backends.spawn import SandboxOptions
 from danlu.compute.sandbox import cgroups as cg
 from danlu.compute.sandbox import crypt, volume
+from danlu.compute.sandbox import driver as nvidia
 from danlu.compute.sandbox.helpers import SAFE_PATH, helper
 from danlu.compute.sandbox.network import outbound_available, resolve_policy
 
@@ -118,7 +119,13 @@ def make_local_backend(
     disk_mode, disk_note = resolve_disk(disk)
     keys = keys or data_dir / "workspace-keys"
     options = SandboxOptions(
-        cgroups=driver, as_root=as_root, network=policy, disk=disk_mode, keys=keys, encrypt=encrypt
+        cgroups=driver,
+        as_root=as_root,
+        network=policy,
+        disk=disk_mode,
+        keys=keys,
+        encrypt=encrypt,
+        driver=nvidia.discover(),
     )
     status = SandboxStatus(
         "bubblewrap",
