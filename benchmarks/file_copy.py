@@ -7,7 +7,7 @@ file into the rental and downloading it back, each with its SHA-256 check. The r
 through ``tar -c | tar -x`` on this host straight into a folder of the rental's workspace and back out (no HTTP,
 no WebSocket, no sandbox, no check) and a plain ``sha256sum`` of it, which our check also costs. Then one file
 resumably (``danlu cp --resumable``, over the HTTP files API: issue 26, item 1) against ``cp`` and ``sha256sum``
-of that file. Rounds interleaved.
+of that file. Rounds interleaved. Beside each, how much the server's resident memory grew at most meanwhile.
 
     python benchmarks/file_copy.py [--mib 256] [--rounds 3] [--json]
 """
@@ -21,9 +21,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 from session_latency import build, served
@@ -39,6 +42,31 @@ def timed(argv: list[str], env: dict[str, str] | None = None, shell: bool = Fals
     if r.returncode != 0:
         raise SystemExit(f"{argv} failed: {r.stderr[-1000:]}")
     return time.perf_counter() - t0
+
+
+class RssPeak:
+    """The most this process (the server's: uvicorn runs in a thread here) grew above its resident size at the
+    start, sampled every 20 ms while the block runs (issue 26: ≤ 64 MiB for a 2 GiB copy)."""
+
+    def __enter__(self) -> RssPeak:
+        self.me = psutil.Process()
+        self.start = self.peak = self.me.memory_info().rss
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.02):
+            self.peak = max(self.peak, self.me.memory_info().rss)
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.start
 
 
 def main() -> int:
@@ -95,24 +123,29 @@ def main() -> int:
             ),
         }  # fmt: skip
         samples = {k: [] for k in variants}
+        growth: dict[str, list[int]] = {k: [] for k in variants}
         for _ in range(args.rounds):
             for name, fn in variants.items():
-                samples[name].append(fn())
+                with RssPeak() as peak:
+                    samples[name].append(fn())
+                growth[name].append(peak.growth)
     rows: list[dict[str, Any]] = []
     names = list(samples)
     for i, name in enumerate(names):
         sec = statistics.median(samples[name])
         ref = statistics.median(samples[names[i - 1 if i % 2 else i]])
-        rows.append({"variant": name, "median_s": sec, "mib_per_s": args.mib / sec, "x_reference_speed": ref / sec})
+        rows.append({"variant": name, "median_s": sec, "mib_per_s": args.mib / sec, "x_reference_speed": ref / sec,
+                     "server_rss_growth_mib": max(growth[name]) / (1 << 20)})  # fmt: skip
     if args.json:
         print(json.dumps({"mib": args.mib, "rounds": args.rounds, "rows": rows, "load": os.getloadavg()}))
         return 0
     print(f"{args.mib} MiB of random bytes, median of {args.rounds} interleaved rounds, this machine "
           f"({os.cpu_count()} CPUs)")  # fmt: skip
-    print(f"| {'variant':<50} | median s | MiB/s | × reference speed |")
-    print(f"|{'-' * 52}|----------|-------|-------------------|")
+    print(f"| {'variant':<50} | median s | MiB/s | × reference speed | server RSS growth, max MiB |")
+    print(f"|{'-' * 52}|----------|-------|-------------------|----------------------------|")
     for r in rows:
-        print(f"| {r['variant']:<50} | {r['median_s']:8.2f} | {r['mib_per_s']:5.0f} | {r['x_reference_speed']:17.2f} |")
+        print(f"| {r['variant']:<50} | {r['median_s']:8.2f} | {r['mib_per_s']:5.0f} | {r['x_reference_speed']:17.2f} "
+              f"| {r['server_rss_growth_mib']:26.1f} |")  # fmt: skip
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

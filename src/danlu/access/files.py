@@ -305,6 +305,16 @@ class PartUpload(_Writing):
         self.sha256, self.length, self.offset = sha256.lower(), length, offset
         self.part = part_name(path, sha256)
         self.sp = _start(backend, t, PART_APPEND, self.path, self.part, str(offset))
+        # from byte 0, the bytes are hashed here as they pass (in parallel with the sending): the file is not read
+        # again at the end unless the upload was resumed (a hash's state cannot be kept between attempts)
+        self.hash = hashlib.sha256() if offset == 0 else None
+        self.bytes = 0
+
+    def feed(self, chunk: bytes) -> bool:
+        if self.hash is not None and not self.broken:
+            self.hash.update(chunk)
+            self.bytes += len(chunk)
+        return super().feed(chunk)
 
     def finish(self) -> UploadState:
         code, raw, err = _collect(self.sp)
@@ -329,7 +339,8 @@ class PartUpload(_Writing):
             )
         if received < self.length:
             return UploadState(self.path, self.sha256, self.length, received, False)
-        code, raw, err = _run(self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256)
+        seen = self.hash.hexdigest() if self.hash is not None and self.bytes == received else ""
+        code, raw, err = _run(self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256, seen)
         if code == 6:
             raise Conflict("upload_in_progress", f"another attempt is still writing {self.path}: ask again shortly")
         if code == 5:

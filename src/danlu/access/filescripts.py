@@ -30,7 +30,8 @@ STAT = (
 )
 # A resumable upload of $1 collects in a partial file named $2 beside it: PART_SIZE says how much it holds;
 # PART_APPEND appends stdin when the client sends from exactly that many bytes ($3; else exit 4, the size on
-# stderr) and prints the new size; PART_FINISH renames it into place when its SHA-256 is $3 (else exit 5). Both
+# stderr) and prints the new size; PART_FINISH renames it into place when its SHA-256 is $3 (else exit 5): the
+# server's own of the bytes it fed in ($4) where one attempt sent them all, else read from the file. Both
 # hold the partial's lock (flock): an attempt whose client is gone may still be writing what it received, and
 # the next one waits for it (up to a minute; else exit 6) before it reads the size.
 PART_SIZE = 't="$(dirname -- "$1")/$2"; if [ -f "$t" ]; then stat -c %s -- "$t"; else echo 0; fi'
@@ -42,7 +43,7 @@ PART_APPEND = (
 )
 PART_FINISH = (
     't="$(dirname -- "$1")/$2"; exec 9>>"$t" || exit 2; flock -w 60 9 || exit 6; '
-    'h=$(sha256sum < "$t" | cut -c1-64) || exit 2; echo "$h"; '
+    'h=$4; [ -n "$h" ] || { h=$(sha256sum < "$t" | cut -c1-64) || exit 2; }; echo "$h"; '
     '[ "$h" = "$3" ] || { rm -f -- "$t"; exit 5; }; mv -f -- "$t" "$1"'
 )
 ABORT = 'rm -f -- "$1"'
