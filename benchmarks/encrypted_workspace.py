@@ -20,29 +20,17 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from disk_limit import sh, timed
 
 from danlu.compute.sandbox import crypt, volume
 
 MiB = 1 << 20
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def sh(cmd: str) -> None:
-    r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{cmd} failed: {r.stderr[-500:]}")
 
 
 def drop_caches() -> None:
