@@ -53,6 +53,14 @@ def test_recipes_read_hash_and_turn_into_one_mmdebstrap_command(tmp_path: Path) 
     ]
     assert argv[-2:] == ["bookworm", str(tmp_path / "out.tar")]
     assert any("pip install --no-cache-dir --break-system-packages 'jupyterlab>=4,<5'" in a for a in argv)
+    # pip trusts what this host's pip trusts (a TLS-inspecting proxy's CA), for that step only
+    ca = ib.host_ca()
+    assert ca is not None and ca.is_file()
+    hooks = [a.removeprefix("--customize-hook=") for a in argv if a.startswith("--customize-hook=")]
+    step = next(i for i, h in enumerate(hooks) if "pip install" in h)
+    bundle = "$1/etc/ssl/certs/ca-certificates.crt"
+    assert hooks[step - 1] == f'cp "{bundle}" "{bundle}.danlu-orig" && cp {ca} "{bundle}"'
+    assert hooks[step + 1] == f'mv -f "{bundle}.danlu-orig" "{bundle}"'  # Debian's own again in the image
     shipped = ib.load_recipe(ROOT / "images" / "deep-learning.toml")  # the recipe `make images` builds
     assert {"torch", "jupyterlab", "tensorboard"} <= set(shipped.pip) and "git" in shipped.apt
     (tmp_path / "bad.toml").write_text('apt = ["git"]\nimage = "x"\n')

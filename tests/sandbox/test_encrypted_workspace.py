@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from sqlalchemy import select
 
@@ -132,7 +133,7 @@ def test_an_encrypted_workspace_reaches_the_disk_only_as_ciphertext_under_its_ke
 
         again = c.post(f"/instances/{iid}/start")
         assert again.status_code == 200, again.text
-        wait_for(lambda: "wrote=" in log_of(c, iid).split(" read back")[-1], timeout=60)
+        wait_for(lambda: log_of(c, iid).count("wrote=") == 2, timeout=60)  # the second run's end
         assert f"{MARKER} read back" in log_of(c, iid)
         finished(c, iid)
 
@@ -152,6 +153,28 @@ def test_an_encrypted_workspace_reaches_the_disk_only_as_ciphertext_under_its_ke
             assert c.delete(f"/instances/{gone}").status_code in (200, 204)
         assert not os.path.ismount(folder) and not key.exists() and not image.exists() and not store.exists()
         assert not crypt.key_of(p.sandbox.keys, copy_folder).exists()
+
+
+def test_a_jobs_folder_is_encrypted_too_and_its_run_reaches_its_workspace_and_checkpoints(
+    kernel_limited: LiveServer,
+) -> None:
+    """A job's folder (0711, holding workspace/ and checkpoints/) keeps its mode once encrypted: the mount's root
+    was the store's (0700, root's) and bubblewrap, as the renter, could not reach the folders inside it."""
+    p = kernel_limited.platform
+    script = f"printf %s {MARKER} > /workspace/w && printf %s {MARKER} > $DANLU_CHECKPOINT_DIR/c && echo wrote-both"
+    with kernel_limited.new_user("batch") as c:
+        r = c.post("/jobs", json={"command": ["sh", "-c", script], "gpus": 1, "gpu_types": ["T4"]})
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        done = wait_for(lambda: (j := c.get(f"/jobs/{job}").json())["status"] in ("succeeded", "failed") and j, 90)
+        log = c.get(f"/jobs/{job}/logs").json()["text"]
+        assert done["status"] == "succeeded" and "wrote-both" in log, (done, log)
+        folder = p.sandbox_root / "jobs" / job
+        store = crypt.store_of(folder)
+        assert p.sandbox.keys is not None and crypt.key_of(p.sandbox.keys, folder).exists()
+        assert not crypt.mounted(folder) and not os.path.ismount(store)  # a finished job's folder is closed
+        raw = volume.image_of(store).read_bytes()  # its files stay in its store's image, encrypted
+        assert b"gocryptfs.conf" in raw and MARKER.encode() not in raw
 
 
 def test_without_kernel_limits_the_store_is_a_folder_of_ciphertext(watched: LiveServer) -> None:
@@ -248,3 +271,40 @@ def test_the_server_refuses_encryption_it_cannot_give(tmp_path: Path) -> None:
     _require_gocryptfs()
     _, status = make_local_backend(tmp_path, encrypt=True)
     assert "workspaces encrypted at rest (gocryptfs)" in status.banner()
+
+
+def test_a_store_whose_image_is_not_mounted_is_mounted_never_made_again(tmp_path: Path) -> None:
+    """A job's store is an image mounted by its next run only; a server restarted with --disk-limit watch would
+    have found its mount point empty, taken it for a new workspace and written a new key over the old one."""
+    _require_gocryptfs()
+    if not volume.available()[0]:
+        pytest.skip("no loop mounts here")
+    keys, folder = tmp_path / "keys", tmp_path / "sandbox" / "jobs" / "j-again"
+    try:
+        volume.prepare(folder, 64 * MiB, 10_000, image=True, keys=keys, encrypt=True)
+        (folder / "kept").write_text("still here")
+        key = crypt.key_of(keys, folder).read_bytes()
+        volume.detach(folder)  # a finished (or requeued) job's folder, or a reboot
+        assert not os.path.ismount(crypt.store_of(folder))
+        volume.prepare(folder, 64 * MiB, 10_000, image=False, keys=keys, encrypt=True)
+        assert (folder / "kept").read_text() == "still here" and crypt.key_of(keys, folder).read_bytes() == key
+    finally:
+        volume.release(folder, keys)
+
+
+def test_a_killed_gocryptfs_is_mounted_again_at_the_next_start(tmp_path: Path) -> None:
+    _require_gocryptfs()
+    keys, folder = tmp_path / "keys", tmp_path / "sandbox" / "workspaces" / "i-killed"
+    try:
+        volume.prepare(folder, 64 * MiB, 10_000, image=False, keys=keys, encrypt=True)
+        (folder / "kept").write_text("still here")
+        store = str(crypt.store_of(folder))
+        daemons = [p for p in psutil.process_iter(["cmdline"]) if store in (p.info["cmdline"] or [])]
+        assert len(daemons) == 1
+        daemons[0].kill()
+        daemons[0].wait(10)
+        assert crypt.mounted(folder) and not crypt.is_open(folder)  # ENOTCONN
+        volume.prepare(folder, 64 * MiB, 10_000, image=False, keys=keys, encrypt=True)
+        assert (folder / "kept").read_text() == "still here"
+    finally:
+        volume.release(folder, keys)

@@ -340,7 +340,9 @@ class PartUpload(_Writing):
         if received < self.length:
             return UploadState(self.path, self.sha256, self.length, received, False)
         seen = self.hash.hexdigest() if self.hash is not None and self.bytes == received else ""
-        code, raw, err = _run(self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256, seen)
+        code, raw, err = _run(
+            self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256, seen, str(received)
+        )
         if code == 6:
             raise Conflict("upload_in_progress", f"another attempt is still writing {self.path}: ask again shortly")
         if code == 5:

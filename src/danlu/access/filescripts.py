@@ -31,7 +31,8 @@ STAT = (
 # A resumable upload of $1 collects in a partial file named $2 beside it: PART_SIZE says how much it holds;
 # PART_APPEND appends stdin when the client sends from exactly that many bytes ($3; else exit 4, the size on
 # stderr) and prints the new size; PART_FINISH renames it into place when its SHA-256 is $3 (else exit 5): the
-# server's own of the bytes it fed in ($4) where one attempt sent them all, else read from the file. Both
+# server's own of the bytes it fed in ($4) where one attempt sent them all and the file still holds $5 bytes, else
+# read from the file ($4 covers the transport: the rental's own processes could still change the file). Both
 # hold the partial's lock (flock): an attempt whose client is gone may still be writing what it received, and
 # the next one waits for it (up to a minute; else exit 6) before it reads the size.
 PART_SIZE = 't="$(dirname -- "$1")/$2"; if [ -f "$t" ]; then stat -c %s -- "$t"; else echo 0; fi'
@@ -42,8 +43,9 @@ PART_APPEND = (
     'cat >> "$t" || exit 3; stat -c %s -- "$t"'
 )
 PART_FINISH = (
-    't="$(dirname -- "$1")/$2"; exec 9>>"$t" || exit 2; flock -w 60 9 || exit 6; '
-    'h=$4; [ -n "$h" ] || { h=$(sha256sum < "$t" | cut -c1-64) || exit 2; }; echo "$h"; '
+    't="$(dirname -- "$1")/$2"; exec 9<"$t" || exit 2; flock -w 60 9 || exit 6; '
+    'h=$4; [ "$(stat -c %s -- "$t")" = "$5" ] || h=; '
+    '[ -n "$h" ] || { h=$(sha256sum < "$t" | cut -c1-64) || exit 2; }; echo "$h"; '
     '[ "$h" = "$3" ] || { rm -f -- "$t"; exit 5; }; mv -f -- "$t" "$1"'
 )
 ABORT = 'rm -f -- "$1"'

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,11 +158,6 @@ def download_file(
         fail(f"{dest.parent} is not a folder here", "invalid_copy")
     part = dest.with_name(dest.name + PART_SUFFIX)
     sent, resumed, digest = _Sent(advance), None, _Digest()
-    # the instance's SHA-256 of the file, taken while the bytes come (its own connection): a file that changes
-    # meanwhile matches neither; a hash that could not be taken is asked for again at the end
-    theirs: dict[str, Any] = {}
-    hashing = threading.Thread(target=_hash_there, args=(client, iid, remote, theirs), daemon=True)
-    hashing.start()
     for attempt in range(ATTEMPTS):
         have = part.stat().st_size if part.exists() else 0
         if have > size:  # the file shrank since: start over
@@ -184,8 +178,9 @@ def download_file(
             if attempt + 1 < ATTEMPTS:
                 _pause(attempt, exc)
             continue
-        hashing.join()
-        final = theirs["stat"] if "stat" in theirs else remote_stat(client, iid, remote, sha256=True)
+        # after the bytes, not beside them: a file rewritten in place meanwhile then never matches (read at the
+        # same time, both readers could see the same torn file)
+        final = remote_stat(client, iid, remote, sha256=True)
         ours = digest.h.hexdigest()
         if final is None or final["sha256"] != ours:
             part.unlink()
@@ -196,15 +191,6 @@ def download_file(
         return {"files": 1, "bytes": size, "to": str(dest), "sha256_verified": True, "resumed_from": resumed}
     fail(f"the download of {iid}:{remote} did not finish after {ATTEMPTS} attempts; run the same command again to "
          "resume", "copy_interrupted")  # fmt: skip
-
-
-def _hash_there(client: Client, iid: str, remote: str, out: dict[str, Any]) -> None:
-    """The instance's SHA-256 of the file into ``out["stat"]``, over a connection of its own; nothing there
-    when it could not be taken (the caller asks again)."""
-    try:
-        out["stat"] = remote_stat(Client(client.url, client.token), iid, remote, sha256=True)
-    except (Exception, SystemExit):  # dropped, refused: asked again at the end
-        pass
 
 
 class _Digest:

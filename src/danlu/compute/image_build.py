@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -111,12 +112,30 @@ def unknown_packages(names: Sequence[str]) -> list[str]:
     return [n for n in names if n not in known]
 
 
+BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def host_ca() -> Path | None:
+    """The certificates this host's pip trusts (``PIP_CERT``, else the system bundle, which holds the CAs an
+    operator added under /usr/local/share/ca-certificates, e.g. a TLS-inspecting proxy's): the image's pip
+    step trusts the same, or behind such a proxy no pip package could be fetched (``CERTIFICATE_VERIFY_FAILED``)."""
+    for candidate in (os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
 def mmdebstrap_argv(r: Recipe, out: Path, manifest: Path) -> list[str]:
     """The build as one mmdebstrap command: the packages, pip in a hook, what is in it written last."""
     hooks = []
     if r.pip:
         pip = " ".join(shlex.quote(x) for x in r.pip)
+        ca = host_ca()
+        if ca is not None:  # for this step only: the image keeps Debian's own bundle
+            hooks.append(f'cp "$1{BUNDLE}" "$1{BUNDLE}.danlu-orig" && cp {shlex.quote(str(ca))} "$1{BUNDLE}"')
         hooks.append(f'chroot "$1" python3 -m pip install --no-cache-dir --break-system-packages {pip}')
+        if ca is not None:
+            hooks.append(f'mv -f "$1{BUNDLE}.danlu-orig" "$1{BUNDLE}"')
         hooks.append('chroot "$1" python3 -m pip freeze > "$1/etc/danlu-image.pip"')
     hooks.append('chroot "$1" dpkg-query -W -f \'${Package}\\t${Version}\\n\' > "$1/etc/danlu-image.packages"')
     hooks.append(f'cp {shlex.quote(str(manifest))} "$1/etc/danlu-image.json"')

@@ -311,8 +311,12 @@ def copy_workspace(p: Platform, user: User, source_id: str, dest: Path) -> int:
         src = resting_workspace(s, user, source_id, "copied")
         source = Path(src.workspace)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        started = source.is_dir()  # never started: an empty workspace
+    except OSError as exc:  # its file system is gone (an encrypted one's gocryptfs killed): start it first
+        raise Conflict("copy_failed", f"could not read {source_id}'s workspace ({exc}); start it once") from None
     new_workspace(p, dest)
-    if not source.is_dir():  # never started: an empty workspace
+    if not started:
         return 0
     proc = subprocess.run(
         ["cp", "-a", "--no-target-directory", "--", str(source), str(dest)], capture_output=True, text=True

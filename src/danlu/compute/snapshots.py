@@ -285,9 +285,9 @@ def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> int:
     # workspace held into place.
     dest.parent.mkdir(parents=True, exist_ok=True)
     new_workspace(p, dest)
-    staging = dest / ".danlu-restoring"
-    staging.mkdir(mode=0o700)
+    staging = dest / f".danlu-restoring-{secrets.token_hex(6)}"  # no name the snapshot itself can hold
     try:
+        staging.mkdir(mode=0o700)
         _restic(p, repo, key, "restore", row.restic_id, "--target", str(staging))
         restored = staging / source.lstrip("/")
         for entry in os.listdir(restored):

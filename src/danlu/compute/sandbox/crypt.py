@@ -105,15 +105,18 @@ def make_parents(store: Path) -> None:
 
 
 def _key(keys: Path, folder: Path, new: bool) -> Path:
+    """The folder's key; ``new``: made now unless it exists — a key is never written over (a store that only
+    looks new, its image not mounted, must stay readable with the key it has)."""
     key = key_of(keys, folder)
-    if not new:
+    if not new or key.exists():
         if not key.exists():
             raise LaunchError(f"{folder}'s key is missing ({key}); its encrypted files cannot be read")
         return key
     keys.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, secrets.token_hex(32).encode() + b"\n")
+        os.fsync(fd)
     finally:
         os.close(fd)
     return key
@@ -124,12 +127,14 @@ def unlock(folder: Path, keys: Path) -> None:
     that holds files unencrypted is never made encrypted in place: ``prepare`` decides which are).
     Raises ``LaunchError`` saying why it could not."""
     store = store_of(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     if is_open(folder):
         return
     if mounted(folder):  # its gocryptfs is gone (killed): the stale mount goes first
         _call("umount", "--lazy", str(folder))
-    if not (store / "gocryptfs.conf").exists():
+    folder.mkdir(parents=True, exist_ok=True)
+    before = os.stat(folder)
+    new = not (store / "gocryptfs.conf").exists()
+    if new:
         if any(folder.iterdir()):
             raise LaunchError(f"{folder} holds files that are not encrypted; it is left as it is")
         make_parents(store)
@@ -139,6 +144,9 @@ def unlock(folder: Path, keys: Path) -> None:
         key = _key(keys, folder, new=True)
         _run("gocryptfs", "-init", "-q", "-nosyslog", "-passfile", str(key), str(store), what="could not encrypt")
     _mount(store, folder, _key(keys, folder, new=False))
+    if new:  # the mount's root is the store's: it takes the folder's owner and mode (a job's folder is 0711)
+        os.chown(folder, before.st_uid, before.st_gid)
+        os.chmod(folder, before.st_mode & 0o7777)
 
 
 def _mount(store: Path, at: Path, key: Path) -> None:

@@ -229,11 +229,12 @@ def prepare(folder: Path, disk_bytes: int, files: int, *, image: bool, keys: Pat
     ``encrypt`` and the folder is new. A workspace that holds files unencrypted stays as it is: turning
     encryption on encrypts the workspaces made from then on. Raises ``LaunchError`` saying why it could not."""
     store = crypt.store_of(folder)
-    held = image_of(folder).exists() or (folder.is_dir() and not os.path.ismount(folder) and any(folder.iterdir()))
-    if keys is None or not (store.exists() or (encrypt and not held)):
+    if keys is None or not (store.exists() or (encrypt and not _holds_files(folder))):
         if image:
             ensure(folder, disk_bytes, files)
         return
+    if image_of(store).exists() and not os.path.ismount(store):
+        _mount(image_of(store), store)  # never init a store whose files are in an image not mounted
     if image:  # the store is the image: the kernel limits the ciphertext (a little more than the files)
         limit = crypt.stored_bytes(disk_bytes)
         ready = crypt.is_open(folder) and os.path.ismount(store) and image_of(store).exists() and fits(store, limit)
@@ -243,6 +244,16 @@ def prepare(folder: Path, disk_bytes: int, files: int, *, image: bool, keys: Pat
             ensure(store, limit, files * 2)  # a folder's gocryptfs.diriv is a file of its own
             os.chmod(store, 0o700)
     crypt.unlock(folder, keys)
+
+
+def _holds_files(folder: Path) -> bool:
+    """Files not encrypted are there (or in the folder's own image): such a workspace stays as it was."""
+    if image_of(folder).exists():
+        return True
+    try:
+        return folder.is_dir() and not os.path.ismount(folder) and any(folder.iterdir())
+    except OSError:  # a mount whose file system is gone: not a new folder
+        return True
 
 
 def ensure(folder: Path, disk_bytes: int, files: int) -> None:
