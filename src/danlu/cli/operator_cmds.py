@@ -16,6 +16,11 @@ admin_app.add_typer(image_app, name="image")
 ReasonOpt = typer.Option(..., "--reason", help="What the renter is told.")
 
 
+# Registering copies and checks every file of the image: the deep-learning image (6.5 GB) took 87 s here, past the
+# client's usual 60 s, and the command said it failed while the server went on to register it.
+IMPORT_TIMEOUT = 3600.0
+
+
 @admin_app.command("hosts")
 def hosts(as_json: bool = JsonOpt) -> None:
     """Hosts: per-GPU limits, network policy, and how runs are sandboxed and limited there."""
@@ -148,10 +153,10 @@ def image_add(
 
     body = {"name": name, "source": os.path.abspath(source), "description": description}
     if as_json:
-        data = Client().post("/admin/images", json=body)
+        data = Client().post("/admin/images", json=body, timeout=IMPORT_TIMEOUT)
     else:
         with console.status(f"importing {source} as image {name} (checking every file; a large tarball takes a while)"):
-            data = Client().post("/admin/images", json=body)
+            data = Client().post("/admin/images", json=body, timeout=IMPORT_TIMEOUT)
     if as_json:
         print_json(data)
     else:
@@ -201,7 +206,7 @@ def image_build(
     except DanluError as exc:
         fail(exc.message, exc.code)
     body = {"name": name, "source": str(tar), "description": description or r.description}
-    data = Client().post("/admin/images", json=body)
+    data = Client().post("/admin/images", json=body, timeout=IMPORT_TIMEOUT)
     if as_json:
         print_json({**data, "built": built, "tarball": str(tar)})
         return
