@@ -223,3 +223,23 @@ def test_a_resumable_upload_refuses_a_bad_checksum_too_many_bytes_no_room_and_st
             eve.get(f"/instances/{iid}/files/stat", params={"path": "."}),
         ):
             assert r.status_code == 404 and r.json()["error"]["code"] == "instance_not_found", r.text
+
+
+def test_a_files_version_changes_with_a_write_in_place_so_an_early_checksum_is_never_reused(
+    sbx: LiveServer,  # noqa: F811
+    renter: tuple[httpx.Client, str],
+) -> None:
+    """``danlu cp`` down takes the instance's SHA-256 beside the transfer and keeps it only if the file's version
+    (read before that hash) is the same once the bytes are in: a write in place, same size, changes it."""
+    c, iid = renter
+    assert c.put(f"/instances/{iid}/files", params={"path": "ckpt.bin"}, content=b"a" * 4096).status_code == 200
+    first = c.get(f"/instances/{iid}/files/stat", params={"path": "ckpt.bin", "sha256": "true"}).json()
+    again = c.get(f"/instances/{iid}/files/stat", params={"path": "ckpt.bin"}).json()
+    assert first["version"] and again["version"] == first["version"]  # nothing wrote: the same
+    s = run(sbx, token_of(c), iid, ["sh", "-c", "printf b | dd of=ckpt.bin bs=1 seek=10 conv=notrunc; echo wrote"])
+    assert b"wrote" in s.out, s.out
+    after = c.get(f"/instances/{iid}/files/stat", params={"path": "ckpt.bin", "sha256": "true"}).json()
+    assert after["bytes"] == first["bytes"] and after["version"] != first["version"]
+    assert after["sha256"] != first["sha256"]
+    folder = c.get(f"/instances/{iid}/files/stat", params={"path": "."}).json()
+    assert folder["kind"] == "folder" and folder["version"] is None

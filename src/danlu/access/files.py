@@ -255,6 +255,7 @@ class Stat:
     kind: str  # file | folder | link | other
     bytes: int
     sha256: str | None  # a file's, when asked for
+    version: str | None = None  # a file's mtime, ctime and inode, read before its SHA-256: any write changes it
 
 
 def stat(backend: Backend, t: Target, path: str, sha256: bool = False) -> Stat:
@@ -262,10 +263,10 @@ def stat(backend: Backend, t: Target, path: str, sha256: bool = False) -> Stat:
     code, out, err = _run(backend, t, STAT, check_path(path), "1" if sha256 else "0")
     lines = out.decode(errors="replace").split("\n")
     head = lines[0].split() if lines else []
-    if code != 0 or len(head) != 2 or not head[1].isdigit():
+    if code != 0 or len(head) not in (2, 3) or not head[1].isdigit():
         raise NotFound("file_not_found", f"{err or f'no such file or folder: {path}'} (in {t.instance_id})")
     digest = lines[1].strip() if sha256 and head[0] == "file" and len(lines) > 1 else None
-    return Stat(path, head[0], int(head[1]), digest or None)
+    return Stat(path, head[0], int(head[1]), digest or None, head[2] if len(head) == 3 else None)
 
 
 # -- resumable uploads ----------------------------------------------------------------------------------------
@@ -340,9 +341,7 @@ class PartUpload(_Writing):
         if received < self.length:
             return UploadState(self.path, self.sha256, self.length, received, False)
         seen = self.hash.hexdigest() if self.hash is not None and self.bytes == received else ""
-        code, raw, err = _run(
-            self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256, seen, str(received)
-        )
+        code, raw, err = _run(self.backend, self.t, PART_FINISH, self.path, self.part, self.sha256, seen, str(received))
         if code == 6:
             raise Conflict("upload_in_progress", f"another attempt is still writing {self.path}: ask again shortly")
         if code == 5:

@@ -22,9 +22,11 @@ UPLOAD = (
     'sha256sum < "$t" | cut -c1-64 && printf "%s\\n" "$t"'
 )
 FINISH = 'mv -f -- "$1" "$2"'
-# What a path is: "KIND BYTES" (file, folder, link, other), then with $2 = 1 a file's SHA-256.
+# What a path is: "KIND BYTES" (file, folder, link, other) and for a file its version (mtime, ctime, inode: it
+# changes with every write), read before the SHA-256 that follows with $2 = 1.
 STAT = (
-    'p=$1; if [ -d "$p" ]; then echo "folder 0"; elif [ -f "$p" ]; then echo "file $(stat -L -c %s -- "$p")"; '
+    'p=$1; if [ -d "$p" ]; then echo "folder 0"; '
+    'elif [ -f "$p" ]; then echo "file $(stat -L -c "%s %.9Y:%.9Z:%i" -- "$p")"; '
     '[ "$2" != 1 ] || sha256sum < "$p" | cut -c1-64; elif [ -L "$p" ]; then echo "link 0"; '
     'elif [ -e "$p" ]; then echo "other 0"; else echo "no such file or folder: $p" >&2; exit 2; fi'
 )

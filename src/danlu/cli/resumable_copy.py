@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,6 +159,11 @@ def download_file(
         fail(f"{dest.parent} is not a folder here", "invalid_copy")
     part = dest.with_name(dest.name + PART_SUFFIX)
     sent, resumed, digest = _Sent(advance), None, _Digest()
+    # the instance's SHA-256, taken while the bytes come (a connection of its own), holds only if the file's
+    # version is still the one read before that hash once the bytes are here: a write meanwhile means hash again
+    theirs: dict[str, Any] = {}
+    hashing = threading.Thread(target=_hash_there, args=(client, iid, remote, theirs), daemon=True)
+    hashing.start()
     for attempt in range(ATTEMPTS):
         have = part.stat().st_size if part.exists() else 0
         if have > size:  # the file shrank since: start over
@@ -178,9 +184,10 @@ def download_file(
             if attempt + 1 < ATTEMPTS:
                 _pause(attempt, exc)
             continue
-        # after the bytes, not beside them: a file rewritten in place meanwhile then never matches (read at the
-        # same time, both readers could see the same torn file)
-        final = remote_stat(client, iid, remote, sha256=True)
+        hashing.join()
+        early, now = theirs.get("stat"), remote_stat(client, iid, remote)
+        held = early is not None and now is not None and early.get("version") and early["version"] == now["version"]
+        final = early if held else remote_stat(client, iid, remote, sha256=True)
         ours = digest.h.hexdigest()
         if final is None or final["sha256"] != ours:
             part.unlink()
@@ -191,6 +198,21 @@ def download_file(
         return {"files": 1, "bytes": size, "to": str(dest), "sha256_verified": True, "resumed_from": resumed}
     fail(f"the download of {iid}:{remote} did not finish after {ATTEMPTS} attempts; run the same command again to "
          "resume", "copy_interrupted")  # fmt: skip
+
+
+def _hash_there(client: Client, iid: str, remote: str, out: dict[str, Any]) -> None:
+    """The instance's stat and SHA-256 of the file into ``out["stat"]``; nothing there when they could not be
+    taken (the caller then hashes after the bytes, as without this)."""
+    import httpx
+
+    try:
+        resp = Client(client.url, client.token).send(
+            "GET", f"/instances/{iid}/files/stat", params={"path": remote, "sha256": True}
+        )
+        if resp.status_code == 200:
+            out["stat"] = resp.json()
+    except httpx.HTTPError:
+        pass
 
 
 class _Digest:

@@ -187,6 +187,11 @@ class StatOut(BaseModel):
     kind: str = Field(description="file, folder, link or other (as the instance sees it: a link is followed)")
     bytes: int = Field(description="a file's size; 0 for the others")
     sha256: str | None = Field(description="a file's SHA-256 when asked for (sha256=true), else null")
+    version: str | None = Field(
+        None,
+        description="a file's version (modified and changed times, inode), read before its SHA-256: any write "
+        "changes it, so the same version later means the SHA-256 still holds; null for the others",
+    )
     free_bytes: int | None = Field(description="what the workspace can still take (its disk limit); null: no limit")
 
 
@@ -204,7 +209,7 @@ def file_stat(
     with files.admitted(p, user, instance_id, request.app.state.sessions, request.app.state.transfers) as t:
         st = files.stat(p.backend, t, path, sha256)
     free = files.free_bytes(p, t.instance_id)
-    return StatOut(path=st.path, kind=st.kind, bytes=st.bytes, sha256=st.sha256, free_bytes=free)
+    return StatOut(path=st.path, kind=st.kind, bytes=st.bytes, sha256=st.sha256, version=st.version, free_bytes=free)
 
 
 class UploadStateOut(BaseModel):
