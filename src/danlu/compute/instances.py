@@ -37,8 +37,7 @@ from danlu.compute.runs import (
     refuse_while_unreachable,
     write_preempt_deadline,
 )
-from danlu.compute.sandbox import volume
-from danlu.compute.storage import end_storage, new_workspace, start_storage
+from danlu.compute.storage import end_storage, new_workspace, remove_workspace, start_storage
 from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
 from danlu.compute.workspace_use import job_in_workspace, resting_workspace, workspace_in_use
 from danlu.context import Platform
@@ -290,8 +289,7 @@ def rent(
             begin_launch(p, instance_id)
     except BaseException:
         if copied is not None:  # refused (capacity, money, disk): the copy goes
-            volume.release(p.workspaces / instance_id, p.sandbox.keys)
-            fstree.remove_tree(p.workspaces / instance_id)
+            remove_workspace(p, p.workspaces / instance_id)
         raise
     launch(p, instance_id, spec)
     return show(p, user, instance_id)
@@ -310,7 +308,6 @@ def copy_workspace(p: Platform, user: User, source_id: str, dest: Path) -> int:
     with p.db.read() as s:
         src = resting_workspace(s, user, source_id, "copied")
         source = Path(src.workspace)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         started = source.is_dir()  # never started: an empty workspace
     except OSError as exc:  # its file system is gone (an encrypted one's gocryptfs killed): start it first
@@ -322,8 +319,7 @@ def copy_workspace(p: Platform, user: User, source_id: str, dest: Path) -> int:
         ["cp", "-a", "--no-target-directory", "--", str(source), str(dest)], capture_output=True, text=True
     )
     if proc.returncode != 0:
-        volume.release(dest, p.sandbox.keys)
-        fstree.remove_tree(dest)
+        remove_workspace(p, dest)
         raise Conflict("copy_failed", f"could not copy {source_id}'s workspace: {proc.stderr.strip()[-300:]}")
     return workspace_bytes(str(dest))
 
@@ -560,6 +556,6 @@ def destroy(p: Platform, user: User, instance_id: str, reason: str = "destroyed 
     elif orphaned:
         p.backend.discard(instance_id)
     p.end_transfers(instance_id)
-    volume.release(p.workspaces / instance_id, p.sandbox.keys)  # its own file systems, its key
-    for folder in (p.workspaces / instance_id, p.run_dirs / instance_id, p.control_dir(instance_id)):
+    remove_workspace(p, p.workspaces / instance_id)
+    for folder in (p.run_dirs / instance_id, p.control_dir(instance_id)):
         fstree.remove_tree(folder)  # renter-built trees of any depth (shutil.rmtree recursed and raised)

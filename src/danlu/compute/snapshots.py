@@ -26,8 +26,14 @@ from sqlalchemy import func, select
 from danlu.billing import storage
 from danlu.billing.accounts import lock_billing_account
 from danlu.compute import fstree
-from danlu.compute.sandbox import volume
-from danlu.compute.storage import close_stored, due_for_release, new_workspace, open_stored, release_workspace
+from danlu.compute.storage import (
+    close_stored,
+    due_for_release,
+    new_workspace,
+    open_stored,
+    release_workspace,
+    remove_workspace,
+)
 from danlu.compute.workspace_use import resting_workspace
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -283,7 +289,6 @@ def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> int:
     # restic 0.14 (Debian 12) restores a snapshot's full path under the target: restore into a staging
     # folder inside the new workspace (its file system: encrypted where workspaces are), then move what the
     # workspace held into place.
-    dest.parent.mkdir(parents=True, exist_ok=True)
     new_workspace(p, dest)
     staging = dest / f".danlu-restoring-{secrets.token_hex(6)}"  # no name the snapshot itself can hold
     try:
@@ -297,7 +302,6 @@ def restore(p: Platform, user: User, snapshot_id: str, dest: Path) -> int:
         os.chmod(dest, st.st_mode & 0o7777)
         fstree.remove_tree(staging)
     except BaseException:
-        volume.release(dest, p.sandbox.keys)
-        fstree.remove_tree(dest)
+        remove_workspace(p, dest)
         raise
     return row.size_bytes

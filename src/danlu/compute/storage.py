@@ -174,8 +174,7 @@ def release_workspace(p: Platform, inst_id: str, now: int, snapshot_id: str | No
         )
         workspace = inst.workspace
     p.end_transfers(inst_id)
-    volume.release(Path(workspace), p.sandbox.keys)
-    fstree.remove_tree(workspace)
+    remove_workspace(p, Path(workspace))
     return 1
 
 
@@ -189,4 +188,10 @@ def new_workspace(p: Platform, dest: Path) -> None:
             volume.release(dest, p.sandbox.keys)
             raise Conflict("copy_failed", f"could not make an encrypted workspace: {exc}") from None
     else:
-        dest.mkdir(exist_ok=True)
+        dest.mkdir(parents=True, exist_ok=True)
+
+
+def remove_workspace(p: Platform, folder: Path) -> None:
+    """A workspace folder goes with its own file systems, its encrypted store and its key."""
+    volume.release(folder, p.sandbox.keys)
+    fstree.remove_tree(folder)

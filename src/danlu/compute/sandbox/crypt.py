@@ -183,8 +183,7 @@ def lock(folder: Path, lazy: bool = False) -> None:
 
 
 def forget(folder: Path, keys: Path | None) -> None:
-    """The folder goes: its store's files and its key (the store's own image is the caller's to release)."""
-    lock(folder, lazy=True)
+    """The folder goes, its mounts already gone (``volume.release``): its store's files and its key."""
     store = store_of(folder)
     if store.is_dir() and not os.path.ismount(store):
         fstree.remove_tree(store)
