@@ -262,8 +262,12 @@ def test_a_renter_writing_files_never_makes_its_own_stat_fail() -> None:
 
 
 def test_the_server_refuses_encryption_it_cannot_give(tmp_path: Path) -> None:
-    with pytest.raises(DanluError, match="local backend only") as slurm:
-        run(ServerOptions(data_dir=tmp_path, backend_name="slurm", encrypt_workspaces=True), print)
+    umask = os.umask(0o022)  # `danlu server` sets the process's umask (077) first: this worker's, here
+    try:
+        with pytest.raises(DanluError, match="local backend only") as slurm:
+            run(ServerOptions(data_dir=tmp_path, backend_name="slurm", encrypt_workspaces=True), print)
+    finally:
+        os.umask(umask)
     assert slurm.value.code == "sandbox_setup"
     with pytest.raises(ValueError, match="needs the sandbox"):
         make_local_backend(tmp_path, no_sandbox=True, encrypt=True)
