@@ -5,6 +5,7 @@ and answer 404 to everyone else; bad input is refused with a stable code and cha
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -82,18 +83,31 @@ def test_a_shell_has_a_terminal_with_resize_and_ctrl_c(sbx: LiveServer, renter: 
     s.resize(132, 50)
     s.type("echo now=$(stty size)\r")
     s.read_until(b"now=50 132")
-    # The subshell prints a marker the echo of the typed line cannot contain, from inside the
-    # foreground job: a Ctrl-C sent once it shows reaches the job, not bash between commands (the
-    # echo of "sleep 1000" alone came before bash had made the job the terminal's foreground, and a
-    # Ctrl-C in that window was lost on a loaded machine, leaving the sleep running).
-    s.type("(echo running-$((40+2)); exec sleep 1000)\r")
-    s.read_until(b"running-42")
+    # Ctrl-C is sent once the sleep itself runs (its command line is on the host's /proc: exec has
+    # reset every signal to its default, and bash's child made its job the terminal's foreground
+    # before that exec). Any marker a shell prints before it starts the sleep left a window where the
+    # shell took the Ctrl-C into its own handler and ran the sleep anyway: lost on a loaded machine
+    # in CI, with bash's "( … ; exec sleep)" and with dash's trap alike (ps showed the sleep in the
+    # foreground group, no signal pending).
+    seconds = 1000 + secrets.randbelow(9000)  # a command line no other test's process has
+    s.type(f"sleep {seconds}\r")
+    wait_for(lambda: _running(f"sleep\0{seconds}\0".encode()), timeout=60)
     s.send(b"\x03")  # Ctrl-C goes to the foreground program, not the session
     s.type("echo after-sleep=$?\r")
     s.read_until(b"after-sleep=130")
     s.type("printf '\\344\\270\\255\\346\\226\\207\\n'; exit 3\r")  # UTF-8 passes through unchanged
     assert s.finish() == {"exit_code": 3}
     assert "中文" in s.out.decode()
+
+
+def _running(cmdline: bytes) -> bool:
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == cmdline:
+                return True
+        except OSError:  # gone meanwhile
+            continue
+    return False
 
 
 def test_a_10_mb_paste_into_a_terminal_neither_blocks_nor_is_lost(
