@@ -8,10 +8,12 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.instrumentation import manager_of_class
 
 from danlu.accounts.payers import create_billing_account, currency
 from danlu.context import Platform
@@ -73,6 +75,20 @@ def authenticate(session: Session, token: str | None) -> User:
     # Compare in constant time even though the lookup found a row, so timing says nothing.
     if user is None or not hmac.compare_digest(user.token_hash, digest):
         raise Unauthorized("invalid_token", "this API token is not valid; ask your operator for a new one")
+    return user
+
+
+def user_columns(user: User) -> dict[str, Any]:
+    """A user's column values (what a cache keeps instead of an ORM object shared between threads)."""
+    return {a.key: getattr(user, a.key) for a in inspect(User).column_attrs}
+
+
+def detached_user(columns: dict[str, Any]) -> User:
+    """A User of its own for one request from cached columns, built as the ORM's loader builds one
+    (no attribute events), as if a session had loaded and expunged it."""
+    user: User = manager_of_class(User).new_instance()
+    user.__dict__.update(columns)
+    make_transient_to_detached(user)
     return user
 
 

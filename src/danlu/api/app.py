@@ -25,6 +25,7 @@ from danlu.accounts.payers import currency
 from danlu.advisor.plans import PlatformPlans, offpeak_window
 from danlu.api import errors
 from danlu.api.deps import BEARER_SCHEME, Public, get_current_user
+from danlu.api.hot import HotReads
 from danlu.api.routers import account, admin, advice, images, instances, jobs, offers, operator
 from danlu.api.routers import budgets as budgets_router
 from danlu.api.routers import credentials as credentials_router
@@ -83,6 +84,7 @@ def create_api(platform: Platform, loop: Any = None) -> FastAPI:
     app.state.platform = platform
     app.state.loop = loop
     errors.install(app)
+    app.add_middleware(HotReads, platform=platform)  # innermost: polled reads answered from memory (api/hot.py)
     app.add_middleware(errors.BodyLimit)
     app.state.http_metrics = http_metrics.RequestMetrics()  # outermost: it times what the rest does
     app.add_middleware(http_metrics.MetricsMiddleware, metrics=app.state.http_metrics)

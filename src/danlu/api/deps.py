@@ -5,13 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from sqlalchemy import inspect
-from sqlalchemy.orm import make_transient_to_detached
-from sqlalchemy.orm.instrumentation import manager_of_class
 from starlette.concurrency import run_in_threadpool
 
 from danlu.accounts.policies import Policy
-from danlu.accounts.service import authenticate, hash_token
+from danlu.accounts.service import authenticate, detached_user, hash_token, user_columns
 from danlu.compute.views import CURRENT_USERS
 from danlu.context import Platform
 from danlu.core.errors import Forbidden, Unauthorized
@@ -48,13 +45,11 @@ async def get_current_user(request: Request) -> User:
 
     def load() -> dict[str, Any]:
         with p.db.read() as s:
-            found = authenticate(s, token)
-            return {a.key: getattr(found, a.key) for a in inspect(User).column_attrs}
+            return user_columns(authenticate(s, token))
 
     # The user's columns come from a cache that any write to ``users`` in this process invalidates
     # at once (revoke, rotate, suspend: compute/views.py ReadCache); each request gets its own
-    # detached User, built as the ORM's loader builds one (no attribute events), as if a session
-    # had loaded and expunged it.
+    # detached User (accounts.service.detached_user).
     key = hash_token(token) if token else None
     columns = CURRENT_USERS.peek(p.db.engine, key) if key else None
     if columns is None:
@@ -70,10 +65,7 @@ async def get_current_user(request: Request) -> User:
         except Unauthorized:
             p.token_throttle.failed(guess, p.clock.now_ms())
             raise
-    user: User = manager_of_class(User).new_instance()
-    user.__dict__.update(columns)
-    make_transient_to_detached(user)
-    return user
+    return detached_user(columns)
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]
@@ -92,16 +84,16 @@ AdminUser = Annotated[User, Depends(get_admin)]
 # A route's policy is what its dependencies ask: the admin token (OPERATOR), a person's token (PERSON), or one of
 # the declarations below for a route that authenticates no person through them. tests/api/test_policies.py fails
 # on a route that declares none, so a new route cannot be open by forgetting.
-def public() -> None:
+async def public() -> None:
     """PUBLIC: a route anyone may call (health, readiness, documentation, the advisor's arithmetic)."""
 
 
-def by_connection() -> None:
+async def by_connection() -> None:
     """PERSON, checked on the connection: a socket's credentials (a bearer token, or the console's cookie a
     browser sends with an upgrade) are checked by danlu.access.service when it opens, and again while it lasts."""
 
 
-def scraper() -> None:
+async def scraper() -> None:
     """SCRAPER: /metrics, open to this machine or the operator's token (telemetry's metrics_reader)."""
 
 

@@ -33,7 +33,7 @@ _MARK = "x-danlu-page"
 _OTHER_LIST = "this cursor belongs to another list; start again without it"
 
 
-def _page_query(
+async def _page_query(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="At most this many rows (a page)")] = MAX_PAGE,
     cursor: Annotated[
         str | None,
@@ -93,8 +93,41 @@ def etag_of(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
+# The last bodies answered and their ETags: a memoised rendering hands out the same bytes object until
+# it changes, so its hash is taken once per change, not per request (the object is held here, so an
+# id is never reused while its entry lives).
+_TAGS: dict[int, tuple[bytes, str, bool]] = {}
+
+
+def _tag(body: bytes) -> tuple[str, bool]:
+    """The body's ETag, and whether it may hold more rows than one page (then it is cut)."""
+    hit = _TAGS.get(id(body))
+    if hit is not None and hit[0] is body:
+        return hit[1], hit[2]
+    if len(_TAGS) >= 256:
+        _TAGS.clear()
+    found = (body, etag_of(body), body.count(b"{") > MAX_PAGE)
+    _TAGS[id(body)] = found
+    return found[1], found[2]
+
+
+def whole(body: bytes, if_none_match: str | None) -> Response | None:
+    """The answer to a first page asked without ``limit`` or ``cursor`` (ETag, or 304 when the
+    client has these bytes), or None when the list is longer than a page (:class:`ListRoute` cuts it)."""
+    tag, long = _tag(body)
+    if long:
+        return None
+    headers = {"ETag": tag}
+    if if_none_match is not None and _matches(if_none_match, tag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
 def not_modified(request: Request, tag: str) -> bool:
-    seen = request.headers.get("if-none-match", "")
+    return _matches(request.headers.get("if-none-match", ""), tag)
+
+
+def _matches(seen: str, tag: str) -> bool:
     return seen.strip() == "*" or tag in (t.strip() for t in seen.split(","))
 
 
@@ -114,9 +147,14 @@ class ListRoute(APIRoute):
                 "application/json"
             ):
                 return response
-            body = bytes(response.body)
+            body = response.body if isinstance(response.body, bytes) else bytes(response.body)
             limit = int(request.query_params.get("limit", MAX_PAGE))
             cursor = request.query_params.get("cursor")
+            extra = [k for k in response.headers if k.lower() not in ("content-length", "content-type")]
+            if cursor is None and limit == MAX_PAGE and not extra:
+                answer = whole(body, request.headers.get("if-none-match"))
+                if answer is not None:
+                    return answer
             headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
             if cursor is not None or body.count(b"{") > limit:  # may hold more rows than a page
                 rows = json.loads(body)

@@ -153,9 +153,11 @@ class ReadCache(Generic[K, V]):
         self._by_pool.clear()
 
 
-# The API's current user by token digest (api/deps.py): a revoked or rotated token, a suspension,
-# any write to ``users`` in this process is seen by the very next request.
-CURRENT_USERS: ReadCache[str, dict[str, Any]] = ReadCache(("users", "api_tokens"), ttl_s=2.0)
+# The API's current user by token digest (api/deps.py, api/hot.py): a revoked or rotated token, a
+# suspension, any write to ``users`` in this process is seen by the very next request; one written
+# by another process (another server on the same database) within a second (issue 29: "a revoked or
+# rotated token fails within 1 s").
+CURRENT_USERS: ReadCache[str, dict[str, Any]] = ReadCache(("users", "api_tokens"), ttl_s=1.0)
 
 
 @dataclass
@@ -459,10 +461,12 @@ def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> 
     """Two Core selects (the user's instances, then all their allocations), no ORM objects; kept
     until an instance or allocation is written in this process (the control loop's reconcile pass
     does every tick while anything runs) or a second passes."""
-    return _listing(p, user, include_destroyed)[0]
+    return _listing(p, user, include_destroyed, p.clock.now_ms())[0]
 
 
-def _listing(p: Platform, user: User, include_destroyed: bool) -> tuple[list[InstanceView], tuple[object, object], int]:
+def _listing(
+    p: Platform, user: User, include_destroyed: bool, now_ms: int
+) -> tuple[list[InstanceView], tuple[object, object], int]:
     """The views, what they were computed from (the cached rows and shared context: the same
     objects until something changed), and until when (ms) they hold."""
     inst_stmt, alloc_stmt = _LISTING[include_destroyed]
@@ -479,7 +483,7 @@ def _listing(p: Platform, user: User, include_destroyed: bool) -> tuple[list[Ins
         return tuple(_Listed.of(i, by_inst.get(i.id, [])) for i in insts)
 
     listed = _LISTINGS.get(p.db.engine, (user.id, include_destroyed), load)
-    ctx = _Context.read(p, p.clock.now_ms())
+    ctx = _Context.read(p, now_ms)
     views = [_listed_view(li, ctx) for li in listed]
     until = min((_holds_until(li, ctx.now_ms) for li in listed), default=2**63)
     return views, (listed, ctx.shared), until
@@ -511,16 +515,21 @@ _RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[tuple[object, ob
 )
 
 
-def rendered_listing(p: Platform, user: User, include_destroyed: bool, kind: str = "") -> object | None:
+def rendered_listing(p: Platform, user_id: int, include_destroyed: bool, kind: str = "") -> object | None:
     """What :func:`render_listing` would answer from its memo without reading anything, else None
-    (the API serves a hit on the event loop and sends a miss to the thread pool)."""
+    (the API serves a hit on the event loop, or before routing: api/hot.py; a miss goes to the
+    thread pool)."""
     memo = _RENDERED.get(p.db.engine.pool)
-    hit = memo.get((user.id, include_destroyed, kind)) if memo is not None else None
-    if hit is None or not hit[1] <= p.clock.now_ms() < hit[2]:
+    hit = memo.get((user_id, include_destroyed, kind)) if memo is not None else None
+    if hit is None or not hit[1] <= _whole_second(p) < hit[2]:
         return None
-    listed = _LISTINGS.peek(p.db.engine, (user.id, include_destroyed))
+    listed = _LISTINGS.peek(p.db.engine, (user_id, include_destroyed))
     shared = _SHARED.peek(p.db.engine, "shared")
     return hit[3] if listed is hit[0][0] and shared is hit[0][1] and listed is not None else None
+
+
+def _whole_second(p: Platform) -> int:
+    return p.clock.now_ms() // MS_PER_SECOND * MS_PER_SECOND
 
 
 def render_listing(
@@ -528,14 +537,17 @@ def render_listing(
 ) -> R:
     """``render(list_instances(...))`` (e.g. the response's JSON bytes), computed again only when
     the listing would change: an instance, allocation, GPU, price or setting was written in this
-    process, a running allocation completed another second, or a second passed. ``kind`` names
-    the rendering (one cached value per user, flag and kind); the value is shared by every caller
+    process, or the clock entered another whole second. The live cost and billed seconds of every
+    row are as of that whole second of the platform's clock: one rendering a second for the whole
+    listing (with 100 running instances, computing each row at the exact millisecond rendered the
+    listing again about every 10 ms, as one or another completed a second). ``kind`` names the
+    rendering (one cached value per user, flag and kind); the value is shared by every caller
     until then, so it must be immutable (bytes)."""
     memo = _RENDERED.get(p.db.engine.pool)
     if memo is None:
         memo = _RENDERED.setdefault(p.db.engine.pool, {})
     key = (user.id, include_destroyed, kind)
-    now_ms = p.clock.now_ms()
+    now_ms = _whole_second(p)
     hit = memo.get(key)
     if hit is not None and hit[1] <= now_ms < hit[2]:
         # Still the same rows and context objects (the caches above hand out the same objects
@@ -544,11 +556,11 @@ def render_listing(
         shared = _SHARED.peek(p.db.engine, "shared")
         if listed is hit[0][0] and shared is hit[0][1] and listed is not None:
             return cast(R, hit[3])
-    views, source, until = _listing(p, user, include_destroyed)
+    views, source, until = _listing(p, user, include_destroyed, now_ms)
     value = render(views)
     if len(memo) >= 4096:
         memo.clear()
-    memo[key] = (source, now_ms, until, value)
+    memo[key] = (source, now_ms, min(until, now_ms + MS_PER_SECOND), value)
     return value
 
 

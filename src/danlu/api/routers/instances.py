@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
+from danlu.api import hot
 from danlu.api.deps import CurrentUser, PlatformDep, get_current_user
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import InstanceIdPath, LogOffset, errors
@@ -90,9 +91,11 @@ async def list_instances(  # a memo hit on the event loop, a miss in the thread 
     if team is not None:
         shown = await run_in_threadpool(views.list_team_instances, p, user, team, all)
         return Response(LISTING.dump_json([InstanceOut.of(v) for v in shown]), media_type="application/json")
-    body = views.rendered_listing(p, user, all, "json")
-    if body is None:
-        body = await run_in_threadpool(_listing_json, p, user, all)
+    body = await hot.once(
+        ("instances", user.id, all),
+        lambda: views.rendered_listing(p, user.id, all, "json"),
+        lambda: _listing_json(p, user, all),
+    )
     return Response(body, media_type="application/json")
 
 
@@ -140,11 +143,6 @@ async def stream(p: PlatformDep, user: CurrentUser, request: Request) -> Streami
     """Server-sent events: your instances (as ``GET /instances`` answers them, with live cost) when
     they change, checked every second; a comment every 15 s keeps the connection open. Reads run
     in the thread pool, not on the event loop."""
-
-    def render() -> bytes:
-        return views.render_listing(
-            p, user, False, lambda vs: LISTING.dump_json([InstanceOut.of(v) for v in vs]), "json"
-        )
 
     async def events() -> AsyncIterator[str]:
         last, quiet = b"", 0

@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from pydantic import TypeAdapter
-from starlette.concurrency import run_in_threadpool
 
+from danlu.api import hot
 from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import Amount, GpuModel, errors
@@ -29,15 +29,11 @@ async def get_offers(  # a memo hit on the event loop, a miss in the thread pool
     max_price: Annotated[Amount | None, Query(description="maximum price per GPU-hour, e.g. 12.50")] = None,
 ) -> Response:
     """The JSON bytes are rendered again only when the offers were read again (offers.render_offers)."""
-    body = rendered_offers(p, gpu, min_vram, max_price, "json")
-    if body is None:
-        body = await run_in_threadpool(
-            render_offers,
-            p,
-            _json,
-            gpu,
-            min_vram,
-            max_price,
-            "json",
-        )
-    return Response(body, media_type="application/json")
+    return Response(
+        await hot.once(
+            ("offers", gpu, min_vram, max_price),
+            lambda: rendered_offers(p, gpu, min_vram, max_price, "json"),
+            lambda: render_offers(p, _json, gpu, min_vram, max_price, "json"),
+        ),
+        media_type="application/json",
+    )

@@ -1,0 +1,144 @@
+"""The polled reads answered from memory before routing (api/hot.py) answer exactly what their
+routes answer, only when the memo is good, and are counted under their routes; the API's
+dependencies never hop to the thread pool for nothing (issue 29, target 1's guards)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute, iter_route_contexts
+
+from danlu.api import deps, hot, paging
+from danlu.core.clock import FakeClock
+from danlu.server.app import create_app
+from tests.conftest import LiveServer, end_runs, make_platform
+
+SLEEP = ["sleep", "600"]
+
+
+@pytest.fixture
+def still(db_url: str, tmp_path: Path) -> Iterator[tuple[LiveServer, FakeClock]]:
+    """A live server on a clock that moves only when told (no control loop): a memo stays good."""
+    clock = FakeClock()
+    p, token = make_platform(db_url, tmp_path / "data", clock)
+    with LiveServer(p, token, with_loop=False) as srv:
+        with srv.admin() as a:
+            assert a.put("/admin/prices/T4", json={"price_per_hour": "3.60"}).status_code == 200
+        yield srv, clock
+    end_runs(p)
+    p.db.engine.dispose()
+
+
+class Answered:
+    """Counts the requests api/hot.py answered from memory (the others reached their routes)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = hot.HotReads._from_memory
+
+        def counted(me: hot.HotReads, *a: Any) -> Any:
+            answer = real(me, *a)
+            self.calls += answer is not None
+            return answer
+
+        monkeypatch.setattr(hot.HotReads, "_from_memory", counted)
+
+
+def _from_memory(c: httpx.Client, path: str, answered: Answered, **headers: str) -> httpx.Response:
+    """A request api/hot.py answered. The caches are filled by a routed request first; the user
+    cache lives 1 s of real time, so on a loaded machine a try may miss and go to the route: ask
+    again (evidence, with a generous number of tries)."""
+    for _ in range(50):
+        before = answered.calls
+        r = c.get(path, headers=headers)
+        if answered.calls > before:
+            return r
+    raise AssertionError(f"no GET {path} of 50 was answered from memory")
+
+
+def test_an_answer_from_memory_is_the_routes_answer(
+    still: tuple[LiveServer, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv, _ = still
+    answered = Answered(monkeypatch)
+    with srv.new_user("hana") as c:
+        r = c.post("/instances", json={"gpu_model": "T4", "command": SLEEP})
+        assert r.status_code == 201, r.text
+        for path in ("/offers", "/instances"):
+            before = answered.calls
+            by_route = c.get(path, params={"limit": 1000})  # a query string always goes to the route
+            assert by_route.status_code == 200 and answered.calls == before
+            hot_answer = _from_memory(c, path, answered)
+            assert hot_answer.status_code == 200
+            assert hot_answer.content == by_route.content
+            for h in ("etag", "content-type", "content-length"):
+                assert hot_answer.headers[h] == by_route.headers[h], h
+            assert hot_answer.headers["x-request-id"]  # inside the request-id middleware like any answer
+            unchanged = _from_memory(c, path, answered, **{"If-None-Match": hot_answer.headers["etag"]})
+            assert unchanged.status_code == 304 and unchanged.content == b""
+            assert unchanged.headers["etag"] == hot_answer.headers["etag"]
+        with srv.admin() as a:  # counted under their routes, not as unmatched
+            metrics = a.get(f"{srv.url}/metrics").text
+        for route in (hot.OFFERS, hot.INSTANCES):
+            assert f'route="{route}"' in metrics, route
+        # A filter is the route's: the answer is filtered, not the memo of the whole list.
+        filtered = c.get("/offers", params={"gpu": "A100-80GB"}).json()
+        assert {o["gpu_model"] for o in filtered} == {"A100-80GB"}
+
+
+def test_the_listing_is_rendered_once_a_second_with_the_cost_of_that_second(
+    still: tuple[LiveServer, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv, clock = still
+    clock.set(clock.now_ms() // 1000 * 1000 + 100)  # 0.1 s into a second
+    with srv.new_user("ines") as c:
+        r = c.post("/instances", json={"gpu_model": "T4", "command": SLEEP})
+        assert r.status_code == 201, r.text
+        iid = r.json()["id"]
+        answered = Answered(monkeypatch)
+        first = c.get("/instances").json()
+        clock.advance(seconds=3.5)  # 3.6 s into the second it started in: 3 whole seconds at 3.0
+        later = c.get("/instances").json()
+        row = next(i for i in later if i["id"] == iid)
+        assert row["billed_seconds"] == 2, row  # from 0.1 to 3.0: two whole seconds billed
+        assert _from_memory(c, "/instances", answered).json() == later  # held within the second
+        clock.advance(ms=399)  # 3.999 s: the same whole second
+        assert _from_memory(c, "/instances", answered).json() == later
+        clock.advance(ms=1)  # 4.0: another whole second, rendered again
+        now = c.get("/instances").json()
+        assert next(i for i in now if i["id"] == iid)["billed_seconds"] == 3
+        assert first != later != now
+
+
+def test_no_api_dependency_hops_to_the_thread_pool_without_reading_anything(tmp_path: Path) -> None:
+    """FastAPI runs a plain ``def`` dependency in the thread pool: a thread hop per request (the
+    offers route's page parameters cost one on every request until issue 29). Every dependency of
+    an API route is ``async`` unless it may read the database (listed here with its reason)."""
+    reads = {
+        "get_platform_offers": "this platform's offers: a cache miss reads the database",
+        "get_platform_plans": "the packages and commitments on sale: reads the database",
+    }
+    p, _ = make_platform(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "data", FakeClock())
+    app = create_app(p, None)
+    sync: set[str] = set()
+    routes = 0
+    for ctx in iter_route_contexts(app.routes):  # the app's routes with the prefixes they were included under
+        route = ctx.original_route
+        if not isinstance(route, APIRoute) or not (ctx.path_format or "").startswith("/api/"):
+            continue
+        routes += 1
+        stack = list(route.dependant.dependencies)
+        while stack:
+            d = stack.pop()
+            stack.extend(d.dependencies)
+            if d.call is not None and not inspect.iscoroutinefunction(d.call):
+                sync.add(d.call.__name__)
+    assert routes > 100  # every API route was looked at
+    assert sync - set(reads) == set(), sync
+    assert inspect.iscoroutinefunction(deps.public) and paging.MAX_PAGE == 1000
+    p.db.engine.dispose()
