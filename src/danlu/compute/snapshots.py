@@ -34,6 +34,7 @@ from danlu.compute.storage import (
     release_workspace,
     remove_workspace,
 )
+from danlu.compute.views import ReadCache
 from danlu.compute.workspace_use import resting_workspace
 from danlu.context import Platform
 from danlu.core.clock import iso
@@ -168,15 +169,30 @@ def _json(line: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+# A person's snapshots as read, until a snapshot or allocation is written in this process or a second
+# passes (the console's instances page shows them on every load).
+_LISTED: ReadCache[int, tuple[SnapshotView, ...]] = ReadCache(("snapshots", "allocations"), ttl_s=1.0)
+
+
 def list_snapshots(p: Platform, user: User) -> list[SnapshotView]:
+    return list(_LISTED.get(p.db.engine, user.id, lambda: _read_snapshots(p, user.id)))
+
+
+def listed_snapshots(p: Platform, user_id: int) -> list[SnapshotView] | None:
+    """:func:`list_snapshots` if it is in memory, else None (reads nothing)."""
+    hit = _LISTED.peek(p.db.engine, user_id)
+    return None if hit is None else list(hit)
+
+
+def _read_snapshots(p: Platform, user_id: int) -> tuple[SnapshotView, ...]:
     with p.db.read() as s:
         rows = s.execute(
             select(Snapshot, AllocationRow)
             .outerjoin(AllocationRow, AllocationRow.id == Snapshot.allocation_id)
-            .where(Snapshot.user_id == user.id)
+            .where(Snapshot.user_id == user_id)
             .order_by(Snapshot.created_at_ms)
         ).all()
-        return [_view(r, a) for r, a in rows]
+        return tuple(_view(r, a) for r, a in rows)
 
 
 def _owned(p: Platform, user: User, snapshot_id: str) -> Snapshot:

@@ -66,14 +66,14 @@ def folder_page(ctx: Page, instance_id: str, request: Request, path: FolderQuery
 
 @router.get("/instances/{instance_id}/files/download")
 async def download(instance_id: str, request: Request, path: FolderQuery = ".") -> Response:
-    ctx = await run_in_threadpool(page, request)  # a browser resuming a broken download sends a Range too
+    ctx = await page(request)  # a browser resuming a broken download sends a Range too
     return await serve_download(ctx.platform, ctx.me, _checked_id(instance_id), path, request, SECURITY_HEADERS)
 
 
 @router.post("/instances/{instance_id}/files")
 async def upload(instance_id: str, request: Request) -> Response:
     """The upload form: every file into the folder shown, each checked with SHA-256 before it replaces one."""
-    ctx = await run_in_threadpool(page, request)
+    ctx = await page(request)
     iid = _checked_id(instance_id)
     declared = request.headers.get("content-length", "")
     if not declared.isdigit():

@@ -48,7 +48,7 @@ async def _until_gone(request: Request, ticks: Callable[[], AsyncIterator[str]])
                 return
             if loop.time() - checked > RECHECK_S:
                 try:
-                    await run_in_threadpool(page, request)
+                    await page(request)
                 except Exception:
                     yield _event({"signed_out": True}, "end")
                     return

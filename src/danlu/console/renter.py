@@ -14,11 +14,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Path, Query
 from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from danlu.access import links
 from danlu.access import service as access
 from danlu.accounts import credentials
 from danlu.advisor.workload import PRECISIONS, TASKS
+from danlu.api import hot
 from danlu.api.routers import advice as advice_api
 from danlu.api.routers import instances as instances_api
 from danlu.api.routers import invoices as invoices_api
@@ -212,9 +214,27 @@ def rent(
 
 
 @router.get("/instances")
-def instances(ctx: Page) -> Response:
-    rows = [InstanceOut.of(v) for v in views.list_instances(ctx.platform, ctx.me)]
-    return ctx.render("instances.html", instances=rows, snapshots=snapshots.list_snapshots(ctx.platform, ctx.me))
+async def instances(ctx: Page) -> Response:
+    """Answered on the event loop from memory where it can be (issue 29: the page polled by everyone
+    who keeps it open): the rows are rendered once per change of the listing (views.render_listing:
+    a write, or the next whole second of the clock) and language, built by one request at a time
+    (api/hot.once); the snapshots come from their cache. A miss reads in the thread pool."""
+    p, me, lang = ctx.platform, ctx.me, ctx.lang
+    rows = await hot.once(
+        ("console-rows", me.id, lang),
+        lambda: views.rendered_listing(p, me.id, False, f"html:{lang}"),
+        lambda: views.render_listing(
+            p,
+            me,
+            False,
+            lambda vs: ctx.fragment("instance_rows.html", instances=[InstanceOut.of(v) for v in vs]),
+            f"html:{lang}",
+        ),
+    )
+    shots = snapshots.listed_snapshots(p, me.id)
+    if shots is None:
+        shots = await run_in_threadpool(snapshots.list_snapshots, p, me)
+    return ctx.render("instances.html", rows=rows, snapshots=shots)
 
 
 @router.post("/instances/{instance_id}/snapshots")
