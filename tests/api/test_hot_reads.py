@@ -91,28 +91,32 @@ def test_an_answer_from_memory_is_the_routes_answer(
         assert {o["gpu_model"] for o in filtered} == {"A100-80GB"}
 
 
-def test_the_listing_is_rendered_once_a_second_with_the_cost_of_that_second(
+def test_the_listing_is_rendered_once_a_second_each_row_as_of_one_instant(
     still: tuple[LiveServer, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     srv, clock = still
-    clock.set(clock.now_ms() // 1000 * 1000 + 100)  # 0.1 s into a second
+    whole = clock.now_ms() // 1000 * 1000 + 1000
+    clock.set(whole + 900)  # 0.9 s into a second
     with srv.new_user("ines") as c:
         r = c.post("/instances", json={"gpu_model": "T4", "command": SLEEP})
         assert r.status_code == 201, r.text
         iid = r.json()["id"]
         answered = Answered(monkeypatch)
+
+        def row(listing: list[dict[str, Any]]) -> dict[str, Any]:
+            return next(i for i in listing if i["id"] == iid)
+
+        clock.set(whole + 3_600)  # 2.7 s after the start
         first = c.get("/instances").json()
-        clock.advance(seconds=3.5)  # 3.6 s into the second it started in: 3 whole seconds at 3.0
-        later = c.get("/instances").json()
-        row = next(i for i in later if i["id"] == iid)
-        assert row["billed_seconds"] == 2, row  # from 0.1 to 3.0: two whole seconds billed
-        assert _from_memory(c, "/instances", answered).json() == later  # held within the second
-        clock.advance(ms=399)  # 3.999 s: the same whole second
-        assert _from_memory(c, "/instances", answered).json() == later
-        clock.advance(ms=1)  # 4.0: another whole second, rendered again
+        assert row(first)["billed_seconds"] == 2, row(first)
+        # Seconds and cost of one instant, as `show` gives them then (not the second's start).
+        shown = c.get(f"/instances/{iid}").json()
+        assert (row(first)["billed_seconds"], row(first)["cost"]) == (shown["billed_seconds"], shown["cost"])
+        clock.set(whole + 3_999)  # 3.099 s after the start, the same whole second: held as rendered
+        assert _from_memory(c, "/instances", answered).json() == first
+        clock.set(whole + 4_000)  # another whole second: rendered again, 3.1 s after the start
         now = c.get("/instances").json()
-        assert next(i for i in now if i["id"] == iid)["billed_seconds"] == 3
-        assert first != later != now
+        assert row(now)["billed_seconds"] == 3, row(now)
 
 
 def test_no_api_dependency_hops_to_the_thread_pool_without_reading_anything(tmp_path: Path) -> None:
@@ -142,3 +146,20 @@ def test_no_api_dependency_hops_to_the_thread_pool_without_reading_anything(tmp_
     assert sync - set(reads) == set(), sync
     assert inspect.iscoroutinefunction(deps.public) and paging.MAX_PAGE == 1000
     p.db.engine.dispose()
+
+
+def test_etags_are_kept_only_for_small_bodies_and_a_long_list_is_never_hashed_whole() -> None:
+    """A route that builds a new body per request (a long job history, a folder's entries) must not
+    make the ETag memo hold its answers (the review's case: 256 bodies of megabytes each)."""
+    paging._TAGS.clear()
+    long_list = b"[" + b",".join(b'{"id":%d}' % i for i in range(paging.MAX_PAGE + 1)) + b"]"
+    assert paging.whole(long_list, None) is None and paging._TAGS == {}  # ListRoute cuts it
+    big = b'[{"blob":"' + b"x" * (2 * 1024 * 1024) + b'"}]'
+    answer = paging.whole(big, None)
+    assert answer is not None and answer.headers["etag"] == paging.etag_of(big)
+    assert paging._TAGS == {}  # answered, not kept
+    small = b'[{"id":1}]'
+    tag = paging.whole(small, None).headers["etag"]  # type: ignore[union-attr]
+    assert paging._TAGS[id(small)] == (small, tag)
+    unchanged = paging.whole(small, tag)
+    assert unchanged is not None and unchanged.status_code == 304

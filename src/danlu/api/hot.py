@@ -33,20 +33,23 @@ from danlu.api import paging
 from danlu.compute import offers, views
 from danlu.context import Platform
 
-_BUILDING: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = weakref.WeakValueDictionary()
+# One table of locks per running event loop (an asyncio.Lock belongs to the loop that first waits on it).
+_BUILDING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, asyncio.Lock]]
+_BUILDING = weakref.WeakKeyDictionary()
 
 
 async def once(key: Hashable, cached: Callable[[], T | None], build: Callable[[], T]) -> T:
     """``cached()`` if it has the value, else ``build()`` in the thread pool — by one request at a
-    time per ``key``: the others waiting meanwhile take what it built. (When a rendering went out of
-    date under 32 polling connections, each of them built it again at once: 32 renderings of the
-    same listing in the thread pool, and a p99 of 200-400 ms.)"""
+    time per ``key`` (name the database in it: platforms may share a process): the others waiting
+    meanwhile take what it built. (When a rendering went out of date under 32 polling connections,
+    each of them built it again at once: 32 renderings of the same listing in the thread pool.)"""
     value = cached()
     if value is not None:
         return value
-    lock = _BUILDING.get(key)
+    locks = _BUILDING.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+    lock = locks.get(key)
     if lock is None:
-        lock = _BUILDING[key] = asyncio.Lock()
+        lock = locks[key] = asyncio.Lock()
     async with lock:
         value = cached()
         if value is None:
@@ -88,10 +91,10 @@ class HotReads:
 
     def _from_memory(self, path: str, raw_headers: list[tuple[bytes, bytes]]) -> Any:
         authorization = if_none_match = None
-        for key, value in raw_headers:
-            if key == b"authorization":
+        for key, value in raw_headers:  # the first of each, as Starlette's Headers.get reads them
+            if key == b"authorization" and authorization is None:
                 authorization = value.decode("latin-1")
-            elif key == b"if-none-match":
+            elif key == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
         if authorization is None:
             return None

@@ -95,28 +95,36 @@ def etag_of(body: bytes) -> str:
 
 # The last bodies answered and their ETags: a memoised rendering hands out the same bytes object until
 # it changes, so its hash is taken once per change, not per request (the object is held here, so an
-# id is never reused while its entry lives).
-_TAGS: dict[int, tuple[bytes, str, bool]] = {}
+# id is never reused while its entry lives). Small bodies only, and at most _TAGS_BYTES of them: a
+# route that builds a new body per request (a long job history, a folder's entries) must not make
+# this hold its answers.
+_TAGS: dict[int, tuple[bytes, str]] = {}
+_TAGS_BYTES = 16 * 1024 * 1024
+_TAG_MAX_BODY = 1024 * 1024
+_held = 0
 
 
-def _tag(body: bytes) -> tuple[str, bool]:
-    """The body's ETag, and whether it may hold more rows than one page (then it is cut)."""
+def _tag(body: bytes) -> str:
+    global _held
     hit = _TAGS.get(id(body))
     if hit is not None and hit[0] is body:
-        return hit[1], hit[2]
-    if len(_TAGS) >= 256:
-        _TAGS.clear()
-    found = (body, etag_of(body), body.count(b"{") > MAX_PAGE)
-    _TAGS[id(body)] = found
-    return found[1], found[2]
+        return hit[1]
+    tag = etag_of(body)
+    if len(body) <= _TAG_MAX_BODY:
+        if _held + len(body) > _TAGS_BYTES or len(_TAGS) >= 256:
+            _TAGS.clear()
+            _held = 0
+        _TAGS[id(body)] = (body, tag)
+        _held += len(body)
+    return tag
 
 
 def whole(body: bytes, if_none_match: str | None) -> Response | None:
     """The answer to a first page asked without ``limit`` or ``cursor`` (ETag, or 304 when the
     client has these bytes), or None when the list is longer than a page (:class:`ListRoute` cuts it)."""
-    tag, long = _tag(body)
-    if long:
+    if body.count(b"{") > MAX_PAGE:  # may hold more rows than a page: cut, never hashed whole
         return None
+    tag = _tag(body)
     headers = {"ETag": tag}
     if if_none_match is not None and _matches(if_none_match, tag):
         return Response(status_code=304, headers=headers)

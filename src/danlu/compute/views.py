@@ -538,29 +538,31 @@ def render_listing(
     """``render(list_instances(...))`` (e.g. the response's JSON bytes), computed again only when
     the listing would change: an instance, allocation, GPU, price or setting was written in this
     process, or the clock entered another whole second. The live cost and billed seconds of every
-    row are as of that whole second of the platform's clock: one rendering a second for the whole
-    listing (with 100 running instances, computing each row at the exact millisecond rendered the
-    listing again about every 10 ms, as one or another completed a second). ``kind`` names the
+    row are as of the first call in that second (each row's seconds and cost at the same instant),
+    kept until the second ends: one rendering a second for the whole listing (with 100 running
+    instances, holding it only while no row completed another second rendered it again about
+    every 10 ms). ``kind`` names the
     rendering (one cached value per user, flag and kind); the value is shared by every caller
     until then, so it must be immutable (bytes)."""
     memo = _RENDERED.get(p.db.engine.pool)
     if memo is None:
         memo = _RENDERED.setdefault(p.db.engine.pool, {})
     key = (user.id, include_destroyed, kind)
-    now_ms = _whole_second(p)
+    now_ms = p.clock.now_ms()
+    second = now_ms // MS_PER_SECOND * MS_PER_SECOND
     hit = memo.get(key)
-    if hit is not None and hit[1] <= now_ms < hit[2]:
+    if hit is not None and hit[1] <= second < hit[2]:
         # Still the same rows and context objects (the caches above hand out the same objects
         # until something changed; the memo holds them, so identity is safe): nothing changed.
         listed = _LISTINGS.peek(p.db.engine, (user.id, include_destroyed))
         shared = _SHARED.peek(p.db.engine, "shared")
         if listed is hit[0][0] and shared is hit[0][1] and listed is not None:
             return cast(R, hit[3])
-    views, source, until = _listing(p, user, include_destroyed, now_ms)
+    views, source, _ = _listing(p, user, include_destroyed, now_ms)
     value = render(views)
     if len(memo) >= 4096:
         memo.clear()
-    memo[key] = (source, now_ms, min(until, now_ms + MS_PER_SECOND), value)
+    memo[key] = (source, second, second + MS_PER_SECOND, value)
     return value
 
 

@@ -221,7 +221,7 @@ async def instances(ctx: Page) -> Response:
     (api/hot.once); the snapshots come from their cache. A miss reads in the thread pool."""
     p, me, lang = ctx.platform, ctx.me, ctx.lang
     rows = await hot.once(
-        ("console-rows", me.id, lang),
+        ("console-rows", p.db.engine.pool, me.id, lang),
         lambda: views.rendered_listing(p, me.id, False, f"html:{lang}"),
         lambda: views.render_listing(
             p,

@@ -31,7 +31,7 @@ async def get_offers(  # a memo hit on the event loop, a miss in the thread pool
     """The JSON bytes are rendered again only when the offers were read again (offers.render_offers)."""
     return Response(
         await hot.once(
-            ("offers", gpu, min_vram, max_price),
+            ("offers", p.db.engine.pool, gpu, min_vram, max_price),
             lambda: rendered_offers(p, gpu, min_vram, max_price, "json"),
             lambda: render_offers(p, _json, gpu, min_vram, max_price, "json"),
         ),
