@@ -309,12 +309,17 @@ async def bench_db(db: str, db_url: str, n: int, concurrency: int, errors_out: l
                     if inst["status"] in ("pending", "running", "stopping"):
                         await http.delete(f"/instances/{inst['id']}", headers=hdr)
     finally:
-        server.stop()
-        leftovers = kill_instance_processes(data_dir)
-        if leftovers:
-            print(f"[{db}] killed {leftovers} leftover instance process group(s)", file=sys.stderr)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        stop_and_remove(server, data_dir, db)
     return rows
+
+
+def stop_and_remove(server: Server, data_dir: Path, label: str) -> None:
+    """Stops the server, kills any instance process it left, removes its data directory."""
+    server.stop()
+    leftovers = kill_instance_processes(data_dir)
+    if leftovers:
+        print(f"[{label}] killed {leftovers} leftover instance process group(s)", file=sys.stderr)
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def error_code(resp: httpx.Response) -> str:

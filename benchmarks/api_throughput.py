@@ -43,7 +43,7 @@ import httpx
 from danlu.accounts.credentials import CONSOLE_COOKIE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from api_latency import Server, drop_pg_schema, free_port, kill_instance_processes, pg_schema
+from api_latency import Server, drop_pg_schema, free_port, pg_schema, stop_and_remove
 
 RATIO_TARGET = 0.5  # API: ours / bare req/s at 32 connections
 P99_TARGET_MS = 25.0
@@ -357,11 +357,7 @@ def run_db(db: str, url: str, args: argparse.Namespace) -> list[tuple[Row, Row]]
                 clean_up_ours(server, token)
             except httpx.HTTPError as exc:
                 print(f"clean-up: {exc}", file=sys.stderr)
-        server.stop()
-        leftovers = kill_instance_processes(data_dir)
-        if leftovers:
-            print(f"killed {leftovers} leftover instance process group(s)", file=sys.stderr)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        stop_and_remove(server, data_dir, db)
     return pairs
 
 
