@@ -324,9 +324,11 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.monotonic() + 15
+        # Generous: on a loaded machine (CI, three workers, PostgreSQL) uvicorn once took over 15 s to
+        # bind and start (test_concurrent_topups_with_one_key_pay_once[postgresql], "did not start").
+        deadline = time.monotonic() + 120
         while not self.server.started:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("test server did not start")
             time.sleep(0.02)
         if self.loop is not None:
