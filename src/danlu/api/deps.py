@@ -33,15 +33,17 @@ dependency: one fewer dependency to solve on every request, and get_current_user
 401 (``missing_token`` / ``invalid_token``) anyway."""
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header, or None."""
+    scheme, _, value = (authorization or "").partition(" ")
+    return (value.strip() or None) if scheme.lower() == "bearer" else None
+
+
 async def get_current_user(request: Request) -> User:
     """Answered on the event loop from the cache (skipping the thread hop is most of the cost of a
     small request); a miss reads the database in the thread pool, never on the event loop."""
     p: Platform = request.app.state.platform
-    authorization = request.headers.get("authorization")
-    token = None
-    if authorization:
-        scheme, _, value = authorization.partition(" ")
-        token = value.strip() if scheme.lower() == "bearer" else None
+    token = bearer_token(request.headers.get("authorization"))
 
     def load() -> dict[str, Any]:
         with p.db.read() as s:

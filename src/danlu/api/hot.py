@@ -30,8 +30,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from danlu.accounts.service import hash_token
 from danlu.api import paging
+from danlu.api.deps import bearer_token
 from danlu.compute import offers, views
 from danlu.context import Platform
+
+T = TypeVar("T")
 
 # One table of locks per running event loop (an asyncio.Lock belongs to the loop that first waits on it).
 _BUILDING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, asyncio.Lock]]
@@ -59,7 +62,6 @@ async def once(key: Hashable, cached: Callable[[], T | None], build: Callable[[]
 
 OFFERS = "/api/v1/offers"
 INSTANCES = "/api/v1/instances"
-T = TypeVar("T")
 
 
 class HotReads:
@@ -96,11 +98,8 @@ class HotReads:
                 authorization = value.decode("latin-1")
             elif key == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
-        if authorization is None:
-            return None
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = bearer_token(authorization)
+        if token is None:
             return None
         p = self.platform
         user = views.CURRENT_USERS.peek(p.db.engine, hash_token(token))

@@ -158,12 +158,11 @@ class ListRoute(APIRoute):
             body = response.body if isinstance(response.body, bytes) else bytes(response.body)
             limit = int(request.query_params.get("limit", MAX_PAGE))
             cursor = request.query_params.get("cursor")
-            extra = [k for k in response.headers if k.lower() not in ("content-length", "content-type")]
-            if cursor is None and limit == MAX_PAGE and not extra:
+            headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
+            if cursor is None and limit == MAX_PAGE and not headers:
                 answer = whole(body, request.headers.get("if-none-match"))
                 if answer is not None:
                     return answer
-            headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
             if cursor is not None or body.count(b"{") > limit:  # may hold more rows than a page
                 rows = json.loads(body)
                 if isinstance(rows, list) and (cursor is not None or len(rows) > limit):

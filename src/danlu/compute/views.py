@@ -466,9 +466,9 @@ def list_instances(p: Platform, user: User, include_destroyed: bool = False) -> 
 
 def _listing(
     p: Platform, user: User, include_destroyed: bool, now_ms: int
-) -> tuple[list[InstanceView], tuple[object, object], int]:
-    """The views, what they were computed from (the cached rows and shared context: the same
-    objects until something changed), and until when (ms) they hold."""
+) -> tuple[list[InstanceView], tuple[object, object]]:
+    """The views at ``now_ms``, and what they were computed from (the cached rows and shared
+    context: the same objects until something changed)."""
     inst_stmt, alloc_stmt = _LISTING[include_destroyed]
 
     def load() -> tuple[_Listed, ...]:
@@ -484,9 +484,7 @@ def _listing(
 
     listed = _LISTINGS.get(p.db.engine, (user.id, include_destroyed), load)
     ctx = _Context.read(p, now_ms)
-    views = [_listed_view(li, ctx) for li in listed]
-    until = min((_holds_until(li, ctx.now_ms) for li in listed), default=2**63)
-    return views, (listed, ctx.shared), until
+    return [_listed_view(li, ctx) for li in listed], (listed, ctx.shared)
 
 
 def list_team_instances(p: Platform, user: User, team: str, include_destroyed: bool = False) -> list[InstanceView]:
@@ -521,15 +519,15 @@ def rendered_listing(p: Platform, user_id: int, include_destroyed: bool, kind: s
     thread pool)."""
     memo = _RENDERED.get(p.db.engine.pool)
     hit = memo.get((user_id, include_destroyed, kind)) if memo is not None else None
-    if hit is None or not hit[1] <= _whole_second(p) < hit[2]:
+    if hit is None or not hit[1] <= _whole_second(p.clock.now_ms()) < hit[2]:
         return None
     listed = _LISTINGS.peek(p.db.engine, (user_id, include_destroyed))
     shared = _SHARED.peek(p.db.engine, "shared")
     return hit[3] if listed is hit[0][0] and shared is hit[0][1] and listed is not None else None
 
 
-def _whole_second(p: Platform) -> int:
-    return p.clock.now_ms() // MS_PER_SECOND * MS_PER_SECOND
+def _whole_second(now_ms: int) -> int:
+    return now_ms // MS_PER_SECOND * MS_PER_SECOND
 
 
 def render_listing(
@@ -541,15 +539,14 @@ def render_listing(
     row are as of the first call in that second (each row's seconds and cost at the same instant),
     kept until the second ends: one rendering a second for the whole listing (with 100 running
     instances, holding it only while no row completed another second rendered it again about
-    every 10 ms). ``kind`` names the
-    rendering (one cached value per user, flag and kind); the value is shared by every caller
-    until then, so it must be immutable (bytes)."""
+    every 10 ms). ``kind`` names the rendering (one cached value per user, flag and kind); the
+    value is shared by every caller until then, so it must be immutable (bytes)."""
     memo = _RENDERED.get(p.db.engine.pool)
     if memo is None:
         memo = _RENDERED.setdefault(p.db.engine.pool, {})
     key = (user.id, include_destroyed, kind)
     now_ms = p.clock.now_ms()
-    second = now_ms // MS_PER_SECOND * MS_PER_SECOND
+    second = _whole_second(now_ms)
     hit = memo.get(key)
     if hit is not None and hit[1] <= second < hit[2]:
         # Still the same rows and context objects (the caches above hand out the same objects
@@ -558,7 +555,7 @@ def render_listing(
         shared = _SHARED.peek(p.db.engine, "shared")
         if listed is hit[0][0] and shared is hit[0][1] and listed is not None:
             return cast(R, hit[3])
-    views, source, _ = _listing(p, user, include_destroyed, now_ms)
+    views, source = _listing(p, user, include_destroyed, now_ms)
     value = render(views)
     if len(memo) >= 4096:
         memo.clear()

@@ -161,28 +161,32 @@ SIGNED_IN: ReadCache[str, tuple[dict[str, Any], WebSessionInfo] | None] = ReadCa
 )
 
 
+def _cookie(request: Request) -> tuple[str, str] | None:
+    """The session cookie and its digest (the cache's key), or None for none or one too long to be ours."""
+    cookie = request.cookies.get(COOKIE)
+    return (cookie, hash_token(cookie)) if cookie and len(cookie) <= 128 else None
+
+
 def _signed_in(request: Request) -> Ctx:
     """The signed-in person of the request's cookie, read from the database where the cache has no
     answer (in the thread pool: :func:`page`)."""
     ctx = _base(request)
-    cookie = request.cookies.get(COOKIE)
+    cookie = _cookie(request)
+    if cookie is None:
+        return _with_person(ctx, None)
     p = ctx.platform
 
     def load() -> tuple[dict[str, Any], WebSessionInfo] | None:
-        found = signed_in(p, cookie)
+        found = signed_in(p, cookie[0])
         return None if found is None else (user_columns(found[0]), found[1])
 
-    if not cookie or len(cookie) > 128:
-        return _with_person(ctx, None)
-    return _with_person(ctx, SIGNED_IN.get(p.db.engine, hash_token(cookie), load))
+    return _with_person(ctx, SIGNED_IN.get(p.db.engine, cookie[1], load))
 
 
 def _remembered(request: Request) -> Ctx | None:
     """:func:`_signed_in` where the cache holds the cookie's person, else None (reads nothing)."""
-    cookie = request.cookies.get(COOKIE)
-    if not cookie or len(cookie) > 128:
-        return None
-    hit = SIGNED_IN.peek(request.app.state.platform.db.engine, hash_token(cookie))
+    cookie = _cookie(request)
+    hit = SIGNED_IN.peek(request.app.state.platform.db.engine, cookie[1]) if cookie is not None else None
     return None if hit is None else _with_person(_base(request), hit)
 
 
