@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -215,6 +216,7 @@ MARK = "date +%s%3N >> /workspace/.drill-ran; "
 class Drill:
     server: Server
     rng: random.Random
+    prep_rng: random.Random = field(default_factory=lambda: random.Random(0))  # make_possible's own
     tokens: dict[str, str] = field(default_factory=dict)
     instances: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (user, status)
     jobs: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (user, status)
@@ -290,6 +292,30 @@ class Drill:
         weights = [w for *_, w in options]
         kind, arg, _ = self.rng.choices(options, weights=weights)[0]
         return kind, arg
+
+    def make_possible(self, kind: str) -> None:
+        """Before the kill that wants `kind` in flight: do what makes it possible (a running rental to stop,
+        a stopped one to start, ...), so every kind gets its kills on a loaded machine too (CI at 13483fb:
+        both `stop` slots of 12 kills found nothing running, their short runs had ended, and the check that
+        kills landed mid-stop failed). Its choices come from a generator of its own: where nothing was
+        missing, a seed's operations are the ones it gave before."""
+        main, self.rng = self.rng, self.prep_rng
+        try:
+            for _ in range(3):
+                if self.choose(allow_idle=True, prefer=kind)[0] == kind:
+                    return
+                live = {i: v for i, v in self.instances.items() if v[1] != "destroyed"}
+                running = [i for i, v in live.items() if v[1] == "running"]
+                active = sum(1 for v in live.values() if v[1] in HAS_PROCESS)
+                if running and (kind == "start" or (kind == "rent" and active >= 4)):
+                    self.do("stop", self.rng.choice(running))  # a stopped one to start, or room to rent
+                elif kind in ("stop", "start", "destroy") and active < 4:
+                    self.do("rent", self.rng.choice(USERS))
+                elif kind == "cancel":
+                    self.do("submit", self.rng.choice(USERS))
+                self.refresh()
+        finally:
+            self.rng = main
 
     def do(self, kind: str, arg: Any) -> None:
         self.ops[kind] += 1
@@ -385,6 +411,7 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(rng.randint(0, args.ops)):
                 kind, arg = drill.choose(allow_idle=False)
                 drill.do(kind, arg)
+            drill.make_possible(IN_FLIGHT_CYCLE[k % len(IN_FLIGHT_CYCLE)])
             kind, arg = drill.choose(allow_idle=True, prefer=IN_FLIGHT_CYCLE[k % len(IN_FLIGHT_CYCLE)])
             delay = rng.uniform(0.0, args.max_delay)
             thread = None
@@ -421,6 +448,7 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         with sampler.lock:
             runs = list(sampler.runs.values())
         result = check(db, runs, procs, args.tolerance_ms, drill.marks)
+        result["evidence"] = evidence(work / "server.log", result["violations"])
     except BaseException:
         args.keep = True  # the server's log says why
         raise
@@ -445,6 +473,18 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         kill_log=kills,
     )
     return report
+
+
+def evidence(server_log: Path, violations: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The server's log lines that name an instance of a violation (the last 30 per check): the work
+    folder is removed after a run, and a timing-dependent violation may not come again with its seed."""
+    lines = server_log.read_text(errors="replace").splitlines() if server_log.exists() else []
+    found: dict[str, list[str]] = {}
+    for name, items in violations.items():
+        ids = {m for item in items for m in re.findall(r"\bi-[0-9a-f]+(?:-\d+)?\b", item)}
+        if ids:
+            found[name] = [line[:400] for line in lines if any(i in line for i in ids)][-30:]
+    return found
 
 
 def unmount_under(work: Path) -> None:

@@ -25,6 +25,10 @@ from danlu.scheduling.live import schedule_round
 from tests.conftest import LiveServer, make_platform, wait_for
 from tests.fakes import RecordingBackend
 
+# Every test that runs it preempts its first attempt, so the first attempt steps on until its notice (at most
+# 10 min): a first attempt of 12 steps (3 s) could end before a loaded machine's round preempted it (CI at
+# 13483fb: 0 preemptions, the Slurm test's high job ran after the low one had finished). A second attempt
+# finishes at step 12.
 RESUMABLE = r"""
 i=$(cat "$DANLU_CHECKPOINT_DIR/step" 2>/dev/null || echo 0)
 echo "attempt $DANLU_ATTEMPT resumes at step $i on $CUDA_VISIBLE_DEVICES"
@@ -33,7 +37,8 @@ save() {
   echo "checkpointed at step $i; deadline $(head -1 "$DANLU_PREEMPT_FILE")"
 }
 trap 'save; exit 0' TERM
-while [ "$i" -lt 12 ]; do i=$((i+1)); echo "$i" > "$DANLU_CHECKPOINT_DIR/step"; sleep 0.25; done
+last=12; [ "$DANLU_ATTEMPT" = 1 ] && last=2400
+while [ "$i" -lt "$last" ]; do i=$((i+1)); echo "$i" > "$DANLU_CHECKPOINT_DIR/step"; sleep 0.25; done
 echo finished
 """
 

@@ -74,9 +74,11 @@ def report(drill_db: str) -> dict[str, Any]:
 def _shown(report: dict[str, Any], check: str) -> str:
     items = report["violations"][check]
     head = "\n  ".join(items[:15])
+    logged = "\n    ".join(report.get("evidence", {}).get(check, []))
     return (
         f"{len(items)} {check} violation(s) after {report['kills']} kills (seed {report['seed']}, {report['db']}; "
         f"rerun: python tools/kill_drill.py --kills {report['kills']} --seed {report['seed']}):\n  {head}"
+        f"\n  the server's log about them:\n    {logged}"
     )
 
 
