@@ -4,7 +4,9 @@ dependencies never hop to the thread pool for nothing (issue 29, target 1's guar
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
+from sqlalchemy import select
 
 from danlu.api import deps, hot, paging
+from danlu.compute import views
+from danlu.compute.reconcile import reconcile
 from danlu.core.clock import FakeClock
+from danlu.db.models import Instance, User
 from danlu.server.app import create_app
 from tests.conftest import LiveServer, end_runs, make_platform
 
@@ -117,6 +123,60 @@ def test_the_listing_is_rendered_once_a_second_each_row_as_of_one_instant(
         clock.set(whole + 4_000)  # another whole second: rendered again, 3.1 s after the start
         now = c.get("/instances").json()
         assert row(now)["billed_seconds"] == 3, row(now)
+
+
+def test_the_heartbeat_leaves_the_listing_and_a_reader_is_given_the_last_one_while_another_rebuilds(
+    still: tuple[LiveServer, FakeClock],
+) -> None:
+    """The p99 of 32 connections polling ``GET /instances`` was their wait for its rebuild: the
+    reconcile pass's heartbeat (``last_seen_alive_ms``, shown by no listing) made it out of date every
+    tick, and the clock every second, and every reader of that moment waited for the one rebuilding it.
+    Now the heartbeat changes no cached read, and while one request rebuilds, the others are given the
+    last rendering -- unless something they would see was written since."""
+    srv, clock = still
+    p = srv.platform
+    clock.set(clock.now_ms() // 1000 * 1000 + 1_100)  # 0.1 s into a whole second
+    with srv.new_user("ida") as c:
+        r = c.post("/instances", json={"gpu_model": "T4", "command": SLEEP})
+        assert r.status_code == 201, r.text
+        iid = r.json()["id"]
+        first = c.get("/instances").content
+        with p.db.read() as s:
+            uid = s.scalars(select(User.id).where(User.name == "ida")).one()
+            seen_before = s.scalars(select(Instance.last_seen_alive_ms).where(Instance.id == iid)).one()
+        assert views.rendered_listing(p, uid, False, "json") == first
+        clock.advance(ms=300)  # the same whole second
+        assert reconcile(p).alive == 1
+        with p.db.read() as s:  # the heartbeat was written ...
+            assert s.scalars(select(Instance.last_seen_alive_ms).where(Instance.id == iid)).one() != seen_before
+        assert views.rendered_listing(p, uid, False, "json") == first  # ... and the rendering is still good
+
+        clock.advance(ms=1_000)  # another second: out of date by the clock alone
+        assert views.rendered_listing(p, uid, False, "json") is None
+        key = hot.listing_key(p, uid, False)
+        started, release = threading.Event(), threading.Event()
+
+        def slow_build() -> bytes:
+            started.set()
+            release.wait(60)
+            return b"rebuilt"
+
+        def aged() -> object | None:
+            return views.rendered_listing(p, uid, False, "json", aged=True)
+
+        async def readers() -> tuple[object, bool, bytes]:
+            builder = asyncio.create_task(hot.once(key, lambda: None, slow_build, aged))
+            assert await asyncio.to_thread(started.wait, 60)
+            # Another reader meanwhile: the last rendering at once, not a wait for the rebuild.
+            other = await asyncio.wait_for(hot.once(key, lambda: None, lambda: b"a second build", aged), 60)
+            was_building = hot.building(key)
+            release.set()
+            return other, was_building, await builder
+
+        assert asyncio.run(readers()) == (first, True, b"rebuilt")
+
+        assert c.post(f"/instances/{iid}/stop").status_code == 200  # written: no reader is given the old one
+        assert aged() is None
 
 
 def test_no_api_dependency_hops_to_the_thread_pool_without_reading_anything(tmp_path: Path) -> None:

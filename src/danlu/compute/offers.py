@@ -89,13 +89,19 @@ _RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[object, Any]]] =
 
 
 def rendered_offers(
-    p: Platform, gpu: str | None = None, min_vram: int | None = None, max_price: str | None = None, kind: str = ""
+    p: Platform,
+    gpu: str | None = None,
+    min_vram: int | None = None,
+    max_price: str | None = None,
+    kind: str = "",
+    aged: bool = False,
 ) -> object | None:
     """What :func:`render_offers` would answer from its memo without reading anything, else None
-    (the API serves a hit on the event loop and sends a miss to the thread pool)."""
+    (the API serves a hit on the event loop and sends a miss to the thread pool). ``aged``: also
+    one past its TTL that nothing in this process made out of date (ReadCache.peek)."""
     memo = _RENDERED.get(p.db.engine.pool)
     hit = memo.get((_key(p), gpu, min_vram, max_price, kind)) if memo is not None else None
-    if hit is not None and hit[0] is _OFFERS.peek(p.db.engine, _key(p)):
+    if hit is not None and hit[0] is _OFFERS.peek(p.db.engine, _key(p), aged):
         return cast(object, hit[1])
     return None
 

@@ -33,7 +33,7 @@ from danlu.backend import RunState
 from danlu.billing import storage, vouchers
 from danlu.billing.caps import hard_caps, in_scope
 from danlu.billing.metering import exhaustion_ms, meter_account, open_allocations_by_account
-from danlu.compute import hold_ends
+from danlu.compute import hold_ends, views
 from danlu.compute.instances import is_launching, policy_stop, request_stop, terminate_runs, transition
 from danlu.compute.lifecycle import HAS_PROCESS, KEEPS_WORKSPACE, Status, StopCause
 from danlu.compute.storage import release_workspace
@@ -92,7 +92,7 @@ def reconcile(p: Platform) -> TickReport:
                 update(Instance)
                 .where(Instance.id.in_(alive_ids))
                 .values(last_seen_alive_ms=now)
-                .execution_options(synchronize_session=False)
+                .execution_options(synchronize_session=False, **views.UNSEEN)  # no cached read shows it
             )
     for inst_id, handle, state in ended:
         try:

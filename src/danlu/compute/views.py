@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 # it was read from and is used only while they are unchanged -- so the next read after any commit
 # that touched them (a revoked token, a claimed GPU, a new price) goes to the database again. A
 # short TTL bounds what a write by another process on the same database could leave stale.
+#
+# A write no cached value reads may say so (``.execution_options(unseen_by_caches=True)``): the
+# reconcile pass's heartbeat, ``instances.last_seen_alive_ms`` of every live instance every tick,
+# which nothing cached shows, made every listing out of date once a tick (issue 29: the p99 of
+# ``GET /instances``).
+UNSEEN = {"unseen_by_caches": True}
 
 _WRITE = re.compile(
     r"\s*(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM|REPLACE\s+INTO)"
@@ -85,9 +91,11 @@ def _versions_of(pool: Pool) -> _Versions:
 
 
 @event.listens_for(Engine, "after_cursor_execute")
-def _note_write(conn: Connection, _cursor: Any, statement: str, *_args: Any) -> None:
+def _note_write(conn: Connection, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
     head = statement.lstrip()[:9].upper()
     if head.startswith(_NOT_A_WRITE):
+        return
+    if context is not None and context.execution_options.get("unseen_by_caches"):
         return
     m = _WRITE.match(statement)
     table = m.group(1).lower() if m else _ALL
@@ -141,13 +149,15 @@ class ReadCache(Generic[K, V]):
         entries[key] = (value, before, now + self.ttl_s)
         return value
 
-    def peek(self, engine: Engine, key: K) -> V | None:
-        """The cached value if it is still good, else None (loads nothing)."""
+    def peek(self, engine: Engine, key: K, aged: bool = False) -> V | None:
+        """The cached value if it is still good, else None (loads nothing). ``aged``: also one past
+        its TTL, as long as nothing in this process wrote its tables since (what a reader may be
+        given while another rebuilds it: api/hot.once)."""
         entries = self._by_pool.get(engine.pool)
         hit = entries.get(key) if entries is not None else None
-        if hit is None or hit[1] != _versions_of(engine.pool).of(self.tables) or hit[2] <= time.monotonic():
+        if hit is None or hit[1] != _versions_of(engine.pool).of(self.tables):
             return None
-        return hit[0]
+        return hit[0] if aged or hit[2] > time.monotonic() else None
 
     def clear(self) -> None:
         self._by_pool.clear()
@@ -513,16 +523,20 @@ _RENDERED: weakref.WeakKeyDictionary[Pool, dict[Hashable, tuple[tuple[object, ob
 )
 
 
-def rendered_listing(p: Platform, user_id: int, include_destroyed: bool, kind: str = "") -> object | None:
+def rendered_listing(
+    p: Platform, user_id: int, include_destroyed: bool, kind: str = "", aged: bool = False
+) -> object | None:
     """What :func:`render_listing` would answer from its memo without reading anything, else None
     (the API serves a hit on the event loop, or before routing: api/hot.py; a miss goes to the
-    thread pool)."""
+    thread pool). ``aged``: also a rendering of an earlier second, or one whose rows outlived their
+    TTL, as long as nothing in this process wrote what it shows since: what the other readers get
+    while one rebuilds it (api/hot.once), so that no reader waits on the rebuild once a second."""
     memo = _RENDERED.get(p.db.engine.pool)
     hit = memo.get((user_id, include_destroyed, kind)) if memo is not None else None
-    if hit is None or not hit[1] <= _whole_second(p.clock.now_ms()) < hit[2]:
+    if hit is None or not (aged or hit[1] <= _whole_second(p.clock.now_ms()) < hit[2]):
         return None
-    listed = _LISTINGS.peek(p.db.engine, (user_id, include_destroyed))
-    shared = _SHARED.peek(p.db.engine, "shared")
+    listed = _LISTINGS.peek(p.db.engine, (user_id, include_destroyed), aged)
+    shared = _SHARED.peek(p.db.engine, "shared", aged)
     return hit[3] if listed is hit[0][0] and shared is hit[0][1] and listed is not None else None
 
 

@@ -31,9 +31,10 @@ async def get_offers(  # a memo hit on the event loop, a miss in the thread pool
     """The JSON bytes are rendered again only when the offers were read again (offers.render_offers)."""
     return Response(
         await hot.once(
-            ("offers", p.db.engine.pool, gpu, min_vram, max_price),
+            hot.offers_key(p, gpu, min_vram, max_price),
             lambda: rendered_offers(p, gpu, min_vram, max_price, "json"),
             lambda: render_offers(p, _json, gpu, min_vram, max_price, "json"),
+            lambda: rendered_offers(p, gpu, min_vram, max_price, "json", aged=True),
         ),
         media_type="application/json",
     )
