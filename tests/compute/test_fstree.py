@@ -13,7 +13,7 @@ import pytest
 
 from danlu.compute import fstree
 from danlu.compute.sandbox.disk import usage
-from danlu.compute.views import workspace_bytes
+from danlu.compute.workspace_size import workspace_bytes
 
 DEPTH = 3000  # past Python's recursion limit (1000) and, with the path, past PATH_MAX (4096 bytes)
 

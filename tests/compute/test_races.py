@@ -460,3 +460,42 @@ def test_a_clock_that_jumps_during_a_tick_is_metered_on_the_next_one(
     with p.db.read() as s:
         alloc = s.get(AllocationRow, s.get(Instance, inst.id).current_allocation_id)  # type: ignore[union-attr]
         assert alloc is not None and alloc.billed_until_ms == fake_clock.now_ms()
+
+
+def test_show_of_a_running_rental_with_many_files_measures_its_workspace_once_in_30_seconds(
+    p: Platform, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``show`` (every `danlu show`, every page of a rental) walked the running rental's whole workspace
+    for what staying stopped would cost per day: a renter's million files on every call. A workspace of
+    many entries (here: 3 or more) is measured once in 30 s; a small one on every call."""
+    from danlu.billing import storage
+    from danlu.compute import workspace_size
+
+    storage.configure(p, price_gb_month="3.00", warn_after_s=366 * 86_400, release_after_s=366 * 86_400)
+    user = renter(p)
+    inst = instances.rent(p, user, "T4", 1, ["nb"])
+    with p.db.read() as s:
+        workspace = Path(s.get(Instance, inst.id).workspace)  # type: ignore[union-attr]
+    workspace.mkdir(parents=True, exist_ok=True)
+    walks: list[str] = []
+    real = workspace_size._measure
+    monkeypatch.setattr(workspace_size, "_measure", lambda path: walks.append(path) or real(path))
+    monkeypatch.setattr(workspace_size, "ESTIMATE_FROM_ENTRIES", 3)
+
+    def gib(name: str) -> None:
+        with open(workspace / name, "wb") as f:
+            f.truncate(1 << 30)
+
+    gib("a")
+    assert show(p, user, inst.id).stopped_storage_per_day_minor == 10  # 1 GiB at 3.00 / 30 days
+    gib("b")  # small (2 entries): measured on every call
+    assert show(p, user, inst.id).stopped_storage_per_day_minor == 20 and len(walks) == 2
+    gib("c")  # 3 entries: measured now, then kept
+    assert show(p, user, inst.id).stopped_storage_per_day_minor == 30
+    fake_clock.advance(seconds=29)
+    gib("d")
+    assert show(p, user, inst.id).stopped_storage_per_day_minor == 30  # the estimate of 29 s ago
+    assert len(walks) == 3
+    fake_clock.advance(seconds=2)
+    assert show(p, user, inst.id).stopped_storage_per_day_minor == 40  # measured again
+    assert len(walks) == 4

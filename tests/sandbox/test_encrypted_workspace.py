@@ -19,7 +19,7 @@ from sqlalchemy import select
 from danlu.backend import LaunchError
 from danlu.compute.sandbox import crypt, volume
 from danlu.compute.sandbox.probe import make_local_backend
-from danlu.compute.views import workspace_bytes
+from danlu.compute.workspace_size import workspace_bytes
 from danlu.core.clock import SystemClock
 from danlu.core.errors import DanluError
 from danlu.db.models import Instance

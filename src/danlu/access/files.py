@@ -39,7 +39,7 @@ from danlu.access.filescripts import (
 from danlu.access.service import Target
 from danlu.access.transfer import Transfers, files_target
 from danlu.backend import Backend, EnterError
-from danlu.compute import views
+from danlu.compute import workspace_size
 from danlu.context import Platform
 from danlu.core.errors import Conflict, InvalidInput, NotFound
 from danlu.db.models import Instance, User
@@ -396,7 +396,7 @@ def free_bytes(p: Platform, instance_id: str) -> int | None:
     disk_mb = limits.get("disk_mb")
     if not isinstance(disk_mb, int):
         return None
-    return max(0, disk_mb * (1 << 20) - views.workspace_bytes(str(workspace)))
+    return max(0, disk_mb * (1 << 20) - workspace_size.workspace_bytes(str(workspace)))
 
 
 def refuse_if_too_large(p: Platform, instance_id: str, path: str, declared: int | None) -> None:

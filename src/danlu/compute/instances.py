@@ -38,7 +38,8 @@ from danlu.compute.runs import (
     write_preempt_deadline,
 )
 from danlu.compute.storage import end_storage, new_workspace, remove_workspace, start_storage
-from danlu.compute.views import InstanceView, get_owned, show, workspace_bytes
+from danlu.compute.views import InstanceView, get_owned, show
+from danlu.compute.workspace_size import workspace_bytes
 from danlu.compute.workspace_use import job_in_workspace, resting_workspace, workspace_in_use
 from danlu.context import Platform
 from danlu.core.clock import iso

@@ -20,7 +20,7 @@ from danlu.billing.price_plans import current_plan
 from danlu.compute import fstree
 from danlu.compute.lifecycle import KEEPS_WORKSPACE
 from danlu.compute.sandbox import crypt, volume
-from danlu.compute.views import workspace_bytes
+from danlu.compute.workspace_size import workspace_bytes
 from danlu.context import Platform
 from danlu.core.clock import iso
 from danlu.core.errors import Conflict

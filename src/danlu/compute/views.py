@@ -6,9 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import re
-import stat
 import threading
 import time
 import weakref
@@ -27,8 +25,8 @@ from danlu.billing.rating import MS_PER_SECOND, billable_seconds
 from danlu.billing.storage import MIB as storage_mib
 from danlu.billing.storage import PLAN as STORAGE_PLAN
 from danlu.billing.storage import policy as storage_policy
-from danlu.compute import fstree
 from danlu.compute.lifecycle import Status
+from danlu.compute.workspace_size import estimated_bytes
 from danlu.context import Platform
 from danlu.core.errors import Forbidden, NotFound
 from danlu.db.models import AllocationRow, Gpu, Instance, InstanceEvent, Price, User
@@ -361,23 +359,6 @@ def _listed_view(listed: _Listed, ctx: _Context) -> InstanceView:
     return copy.copy(memo[0])
 
 
-def workspace_bytes(path: str) -> int:
-    """Bytes kept in a workspace (regular files, not following links, at any depth: ``fstree.scan``)."""
-    total = 0
-
-    def add(_name: str, st: os.stat_result) -> bool:
-        nonlocal total
-        if stat.S_ISREG(st.st_mode):
-            total += st.st_size
-        return True
-
-    try:
-        fstree.scan(path, add)
-    except fstree.TreeChanged:  # only a running process moves folders; a stopped workspace is still
-        log.warning("the workspace %s changed while it was measured", path)
-    return total
-
-
 def show(p: Platform, user: User, instance_id: str) -> InstanceView:
     with p.db.read() as s:
         inst = get_owned(s, user, instance_id, removed_too=True)  # `danlu show` after `rm`: its record
@@ -393,7 +374,7 @@ def show(p: Platform, user: User, instance_id: str) -> InstanceView:
             view.stopped_storage_per_day_minor = (
                 pol.per_day_minor(size_mib * storage_mib)
                 if size_mib is not None
-                else pol.per_day_minor(workspace_bytes(inst.workspace))
+                else pol.per_day_minor(estimated_bytes(p, inst.workspace))
             )
             if inst.stopped_at_ms is not None:
                 since = inst.storage_warned_at_ms
