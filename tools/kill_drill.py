@@ -297,12 +297,13 @@ class Drill:
         """Before the kill that wants `kind` in flight: do what makes it possible (a running rental to stop,
         a stopped one to start, ...), so every kind gets its kills on a loaded machine too (CI at 13483fb:
         both `stop` slots of 12 kills found nothing running, their short runs had ended, and the check that
-        kills landed mid-stop failed). Its choices come from a generator of its own: where nothing was
-        missing, a seed's operations are the ones it gave before."""
+        kills landed mid-stop failed). One step, then the platform is asked until it shows (a stop is
+        `stopping` until the loop saw the process end). Its choices come from a generator of its own:
+        where nothing was missing, a seed's operations are the ones it gave before."""
         main, self.rng = self.rng, self.prep_rng
         try:
             for _ in range(3):
-                if self.choose(allow_idle=True, prefer=kind)[0] == kind:
+                if self._possible(kind):
                     return
                 live = {i: v for i, v in self.instances.items() if v[1] != "destroyed"}
                 running = [i for i, v in live.items() if v[1] == "running"]
@@ -313,9 +314,18 @@ class Drill:
                     self.do("rent", self.rng.choice(USERS))
                 elif kind == "cancel":
                     self.do("submit", self.rng.choice(USERS))
-                self.refresh()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    self.refresh()
+                    settling = any(v[1] in ("pending", "stopping") for v in self.instances.values())
+                    if self._possible(kind) or not settling:
+                        break
+                    time.sleep(0.2)
         finally:
             self.rng = main
+
+    def _possible(self, kind: str) -> bool:
+        return self.choose(allow_idle=True, prefer=kind)[0] == kind
 
     def do(self, kind: str, arg: Any) -> None:
         self.ops[kind] += 1
@@ -481,7 +491,7 @@ def evidence(server_log: Path, violations: dict[str, list[str]]) -> dict[str, li
     lines = server_log.read_text(errors="replace").splitlines() if server_log.exists() else []
     found: dict[str, list[str]] = {}
     for name, items in violations.items():
-        ids = {m for item in items for m in re.findall(r"\bi-[0-9a-f]+(?:-\d+)?\b", item)}
+        ids = {m for item in items for m in re.findall(r"\b[ij]-[0-9a-f]+(?:-\d+)?\b", item)}
         if ids:
             found[name] = [line[:400] for line in lines if any(i in line for i in ids)][-30:]
     return found

@@ -174,6 +174,11 @@ def test_the_heartbeat_leaves_the_listing_and_a_reader_is_given_the_last_one_whi
             return other, was_building, await builder
 
         assert asyncio.run(readers()) == (first, True, b"rebuilt")
+        clock.advance(ms=4_000)  # up to 5 s past its second
+        assert aged() == first
+        clock.advance(ms=1_000)  # no longer: a rebuild that hangs does not stretch it further
+        assert aged() is None
+        clock.advance(ms=-5_000)
 
         assert c.post(f"/instances/{iid}/stop").status_code == 200  # written: no reader is given the old one
         assert aged() is None

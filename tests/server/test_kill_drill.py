@@ -78,8 +78,7 @@ def _shown(report: dict[str, Any], check: str) -> str:
     return (
         f"{len(items)} {check} violation(s) after {report['kills']} kills (seed {report['seed']}, {report['db']}; "
         f"rerun: python tools/kill_drill.py --kills {report['kills']} --seed {report['seed']}):\n  {head}"
-        f"\n  the server's log about them:\n    {logged}"
-    )
+    ) + (f"\n  the server's log about them:\n    {logged}" if logged else "")
 
 
 def test_the_drill_really_killed_the_server_mid_work(report: dict[str, Any]) -> None:

@@ -110,6 +110,7 @@ def _publish_writes(_dbapi_conn: Any, record: Any) -> None:
         written[0].bump(written[1])
 
 
+AGED_S = 5.0  # how long past its TTL or second a value may still be given to a reader while another rebuilds it
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -148,14 +149,15 @@ class ReadCache(Generic[K, V]):
         return value
 
     def peek(self, engine: Engine, key: K, aged: bool = False) -> V | None:
-        """The cached value if it is still good, else None (loads nothing). ``aged``: also one past
-        its TTL, as long as nothing in this process wrote its tables since (what a reader may be
-        given while another rebuilds it: api/hot.once)."""
+        """The cached value if it is still good, else None (loads nothing). ``aged``: also one up to
+        AGED_S past its TTL, as long as nothing in this process wrote its tables since (what a reader
+        may be given while another rebuilds it: api/hot.once; a rebuild that hangs on a locked
+        database does not stretch what another process's write leaves stale past that)."""
         entries = self._by_pool.get(engine.pool)
         hit = entries.get(key) if entries is not None else None
         if hit is None or hit[1] != _versions_of(engine.pool).of(self.tables):
             return None
-        return hit[0] if aged or hit[2] > time.monotonic() else None
+        return hit[0] if hit[2] + (AGED_S if aged else 0.0) > time.monotonic() else None
 
     def clear(self) -> None:
         self._by_pool.clear()
@@ -509,12 +511,13 @@ def rendered_listing(
 ) -> object | None:
     """What :func:`render_listing` would answer from its memo without reading anything, else None
     (the API serves a hit on the event loop, or before routing: api/hot.py; a miss goes to the
-    thread pool). ``aged``: also a rendering of an earlier second, or one whose rows outlived their
-    TTL, as long as nothing in this process wrote what it shows since: what the other readers get
+    thread pool). ``aged``: also a rendering of an earlier second (up to AGED_S), or one whose rows
+    outlived their TTL, as long as nothing in this process wrote what it shows since: what the other readers get
     while one rebuilds it (api/hot.once), so that no reader waits on the rebuild once a second."""
     memo = _RENDERED.get(p.db.engine.pool)
     hit = memo.get((user_id, include_destroyed, kind)) if memo is not None else None
-    if hit is None or not (aged or hit[1] <= _whole_second(p.clock.now_ms()) < hit[2]):
+    second = _whole_second(p.clock.now_ms())
+    if hit is None or not hit[1] <= second < hit[2] + (int(AGED_S * MS_PER_SECOND) if aged else 0):
         return None
     listed = _LISTINGS.peek(p.db.engine, (user_id, include_destroyed), aged)
     shared = _SHARED.peek(p.db.engine, "shared", aged)
