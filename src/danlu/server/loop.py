@@ -153,9 +153,17 @@ class ControlLoop:
             if not sent or sum(sent) == 0:
                 self._stop.wait(1.0)
 
-    def start(self) -> None:
-        """Refuses (Conflict ``data_dir_in_use``) if another server runs on this data folder."""
+    def start(self, first_tick: bool = False) -> None:
+        """Refuses (Conflict ``data_dir_in_use``) if another server runs on this data folder.
+
+        ``first_tick``: run one tick before returning (`danlu server` does, before it answers a request): a
+        restarted server judges the runs it inherited first. A server killed between recording a run and
+        letting its command go leaves it held back for ever; until a reconcile pass calls it never started
+        (failed, not billed), a renter's stop or removal billed it up to that moment (the kill drill in CI:
+        "allocation 17: billed 5 s but its command never ran", removed before the new server's first tick)."""
         self.dir_lock.acquire()
+        if first_tick:
+            self.run_once()
         self._thread = threading.Thread(target=self._run, name="danlu-control-loop", daemon=True)
         self._thread.start()
         self._sender = threading.Thread(target=self._send, name="danlu-webhooks", daemon=True)

@@ -129,7 +129,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 100)
-    loop.start()
+    loop.start(first_tick=True)  # the runs a killed server left are judged before any request
     try:
         # log_config None: uvicorn's own lines go through our handler (JSON too), at its --log-level
         uvicorn.run(app, host=opts.host, port=opts.port, log_config=None, **UVICORN_OPTIONS, **tls)  # type: ignore[arg-type]
