@@ -153,7 +153,7 @@ def test_the_heartbeat_leaves_the_listing_and_a_reader_is_given_the_last_one_whi
 
         clock.advance(ms=1_000)  # another second: out of date by the clock alone
         assert views.rendered_listing(p, uid, False, "json") is None
-        key = hot.listing_key(p, uid, False)
+        key = hot.listing_memo(p, uid, False).key
         started, release = threading.Event(), threading.Event()
 
         def slow_build() -> bytes:
@@ -165,10 +165,11 @@ def test_the_heartbeat_leaves_the_listing_and_a_reader_is_given_the_last_one_whi
             return views.rendered_listing(p, uid, False, "json", aged=True)
 
         async def readers() -> tuple[object, bool, bytes]:
-            builder = asyncio.create_task(hot.once(key, lambda: None, slow_build, aged))
+            memo = hot.Memo(key, lambda: None, aged)
+            builder = asyncio.create_task(hot.once(memo, slow_build))
             assert await asyncio.to_thread(started.wait, 60)
             # Another reader meanwhile: the last rendering at once, not a wait for the rebuild.
-            other = await asyncio.wait_for(hot.once(key, lambda: None, lambda: b"a second build", aged), 60)
+            other = await asyncio.wait_for(hot.once(memo, lambda: b"a second build"), 60)
             was_building = hot.building(key)
             release.set()
             return other, was_building, await builder

@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 from fastapi.routing import iter_route_contexts
 from starlette.concurrency import run_in_threadpool
@@ -51,40 +53,61 @@ def building(key: Hashable) -> bool:
     return lock is not None and lock.locked()
 
 
-async def once(
-    key: Hashable, cached: Callable[[], T | None], build: Callable[[], T], aged: Callable[[], T | None] | None = None
-) -> T:
-    """``cached()`` if it has the value, else ``build()`` in the thread pool — by one request at a
-    time per ``key`` (name the database in it: platforms may share a process): the others waiting
-    meanwhile take what it built. (When a rendering went out of date under 32 polling connections,
-    each of them built it again at once: 32 renderings of the same listing in the thread pool.)
+@dataclass(frozen=True)
+class Memo(Generic[T]):
+    """A rendering kept in memory: its key (name the database in it: platforms may share a process),
+    what is in memory now (``cached``), and the last one only the clock or a TTL aged (``aged``)."""
 
-    ``aged()``: what a reader may be given instead of waiting while another builds — the last
-    rendering, if it is only older than its second or TTL and nothing in this process wrote what it
-    shows since (a reader after a write, the writer's own read included, waits for the new one).
-    The listing went out of date every second by the clock alone, and every reader of that moment
-    waited for its rebuild: the p99 of 32 polling connections was that wait (issue 29)."""
-    value = cached()
+    key: Hashable
+    cached: Callable[[], T | None]
+    aged: Callable[[], T | None] | None = None
+
+    def at_hand(self) -> T | None:
+        """``cached()``, or while another request of this loop builds it, ``aged()``: the last
+        rendering, if it is only older than its second or TTL and nothing in this process wrote what
+        it shows since (a reader after a write, the writer's own read included, waits for the new
+        one). The listing went out of date every second by the clock alone, and every reader of that
+        moment waited for its rebuild: the p99 of 32 polling connections was that wait (issue 29)."""
+        value = self.cached()
+        if value is None and self.aged is not None and building(self.key):
+            value = self.aged()
+        return value
+
+
+async def once(memo: Memo[T], build: Callable[[], T]) -> T:
+    """``memo.at_hand()`` if it has a value, else ``build()`` in the thread pool — by one request at a
+    time per key: the others waiting meanwhile take what it built. (When a rendering went out of date
+    under 32 polling connections, each of them built it again at once: 32 renderings of the same
+    listing in the thread pool.)"""
+    value = memo.at_hand()
     if value is not None:
         return value
-    lock = _locks().get(key)
+    lock = _locks().get(memo.key)
     if lock is None:
-        lock = _locks()[key] = asyncio.Lock()
-    if aged is not None and lock.locked() and (value := aged()) is not None:
-        return value
+        lock = _locks()[memo.key] = asyncio.Lock()
     async with lock:
-        value = cached()
+        value = memo.cached()
         if value is None:
             value = await run_in_threadpool(build)
     return value
 
 
-def offers_key(p: Platform, gpu: str | None, min_vram: int | None, max_price: str | None) -> Hashable:
-    return ("offers", p.db.engine.pool, gpu, min_vram, max_price)
+def offers_memo(p: Platform, gpu: str | None, min_vram: int | None, max_price: str | None) -> Memo[object]:
+    """The JSON bytes of ``GET /offers`` with these filters (compute/offers.rendered_offers)."""
+    return Memo(
+        ("offers", p.db.engine.pool, gpu, min_vram, max_price),
+        partial(offers.rendered_offers, p, gpu, min_vram, max_price, "json"),
+        partial(offers.rendered_offers, p, gpu, min_vram, max_price, "json", aged=True),
+    )
 
 
-def listing_key(p: Platform, user_id: int, include_destroyed: bool) -> Hashable:
-    return ("instances", p.db.engine.pool, user_id, include_destroyed)
+def listing_memo(p: Platform, user_id: int, include_destroyed: bool) -> Memo[object]:
+    """The JSON bytes of a person's ``GET /instances`` (compute/views.rendered_listing)."""
+    return Memo(
+        ("instances", p.db.engine.pool, user_id, include_destroyed),
+        partial(views.rendered_listing, p, user_id, include_destroyed, "json"),
+        partial(views.rendered_listing, p, user_id, include_destroyed, "json", aged=True),
+    )
 
 
 OFFERS = "/api/v1/offers"
@@ -132,14 +155,8 @@ class HotReads:
         user = views.CURRENT_USERS.peek(p.db.engine, hash_token(token))
         if user is None:
             return None
-        if path == OFFERS:
-            body = offers.rendered_offers(p, None, None, None, "json")
-            if body is None and building(offers_key(p, None, None, None)):
-                body = offers.rendered_offers(p, None, None, None, "json", aged=True)
-        else:
-            body = views.rendered_listing(p, user["id"], False, "json")
-            if body is None and building(listing_key(p, user["id"], False)):
-                body = views.rendered_listing(p, user["id"], False, "json", aged=True)
+        memo = offers_memo(p, None, None, None) if path == OFFERS else listing_memo(p, user["id"], False)
+        body = memo.at_hand()
         if not isinstance(body, bytes):
             return None
         return paging.whole(body, if_none_match)

@@ -519,6 +519,8 @@ def rendered_listing(
     second = _whole_second(p.clock.now_ms())
     if hit is None or not hit[1] <= second < hit[2] + (int(AGED_S * MS_PER_SECOND) if aged else 0):
         return None
+    # Still the same rows and context objects (the caches above hand out the same objects until
+    # something changed; the memo holds them, so identity is safe): nothing changed.
     listed = _LISTINGS.peek(p.db.engine, (user_id, include_destroyed), aged)
     shared = _SHARED.peek(p.db.engine, "shared", aged)
     return hit[3] if listed is hit[0][0] and shared is hit[0][1] and listed is not None else None
@@ -539,25 +541,19 @@ def render_listing(
     instances, holding it only while no row completed another second rendered it again about
     every 10 ms). ``kind`` names the rendering (one cached value per user, flag and kind); the
     value is shared by every caller until then, so it must be immutable (bytes)."""
+    kept = rendered_listing(p, user.id, include_destroyed, kind)
+    if kept is not None:
+        return cast(R, kept)
     memo = _RENDERED.get(p.db.engine.pool)
     if memo is None:
         memo = _RENDERED.setdefault(p.db.engine.pool, {})
-    key = (user.id, include_destroyed, kind)
     now_ms = p.clock.now_ms()
     second = _whole_second(now_ms)
-    hit = memo.get(key)
-    if hit is not None and hit[1] <= second < hit[2]:
-        # Still the same rows and context objects (the caches above hand out the same objects
-        # until something changed; the memo holds them, so identity is safe): nothing changed.
-        listed = _LISTINGS.peek(p.db.engine, (user.id, include_destroyed))
-        shared = _SHARED.peek(p.db.engine, "shared")
-        if listed is hit[0][0] and shared is hit[0][1] and listed is not None:
-            return cast(R, hit[3])
     views, source = _listing(p, user, include_destroyed, now_ms)
     value = render(views)
     if len(memo) >= 4096:
         memo.clear()
-    memo[key] = (source, second, second + MS_PER_SECOND, value)
+    memo[(user.id, include_destroyed, kind)] = (source, second, second + MS_PER_SECOND, value)
     return value
 
 

@@ -10,6 +10,7 @@ import shlex
 from collections import defaultdict
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Path, Query
@@ -221,8 +222,10 @@ async def instances(ctx: Page) -> Response:
     (api/hot.once); the snapshots come from their cache. A miss reads in the thread pool."""
     p, me, lang = ctx.platform, ctx.me, ctx.lang
     rows = await hot.once(
-        ("console-rows", p.db.engine.pool, me.id, lang),
-        lambda: views.rendered_listing(p, me.id, False, f"html:{lang}"),
+        hot.Memo(
+            ("console-rows", p.db.engine.pool, me.id, lang),
+            partial(views.rendered_listing, p, me.id, False, f"html:{lang}"),
+        ),
         lambda: views.render_listing(
             p,
             me,

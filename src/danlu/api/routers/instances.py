@@ -91,12 +91,7 @@ async def list_instances(  # a memo hit on the event loop, a miss in the thread 
     if team is not None:
         shown = await run_in_threadpool(views.list_team_instances, p, user, team, all)
         return Response(LISTING.dump_json([InstanceOut.of(v) for v in shown]), media_type="application/json")
-    body = await hot.once(
-        hot.listing_key(p, user.id, all),
-        lambda: views.rendered_listing(p, user.id, all, "json"),
-        lambda: _listing_json(p, user, all),
-        lambda: views.rendered_listing(p, user.id, all, "json", aged=True),
-    )
+    body = await hot.once(hot.listing_memo(p, user.id, all), lambda: _listing_json(p, user, all))
     return Response(body, media_type="application/json")
 
 

@@ -10,7 +10,7 @@ from danlu.api.deps import CurrentUser, PlatformDep
 from danlu.api.paging import ListRoute, paged
 from danlu.api.schemas.common import Amount, GpuModel, errors
 from danlu.api.schemas.instances import OfferOut
-from danlu.compute.offers import Offer, render_offers, rendered_offers
+from danlu.compute.offers import Offer, render_offers
 
 router = APIRouter(route_class=ListRoute, tags=["offers"], responses=errors(401))
 OFFERS = TypeAdapter(list[OfferOut])
@@ -31,10 +31,8 @@ async def get_offers(  # a memo hit on the event loop, a miss in the thread pool
     """The JSON bytes are rendered again only when the offers were read again (offers.render_offers)."""
     return Response(
         await hot.once(
-            hot.offers_key(p, gpu, min_vram, max_price),
-            lambda: rendered_offers(p, gpu, min_vram, max_price, "json"),
+            hot.offers_memo(p, gpu, min_vram, max_price),
             lambda: render_offers(p, _json, gpu, min_vram, max_price, "json"),
-            lambda: rendered_offers(p, gpu, min_vram, max_price, "json", aged=True),
         ),
         media_type="application/json",
     )
