@@ -82,6 +82,13 @@ def register(app: typer.Typer) -> None:
             help="Multi-GPU gangs may span hosts of one GPU type (at the table's measured spread throughput, "
             "else the scenario's spread_slowdown); --one-host keeps every gang on one host.",
         ),
+        elastic: bool = typer.Option(
+            False,
+            "--elastic",
+            help="Elastic jobs: each trace job may run at any GPU count the throughput table measures for its "
+            "job type, from 1 to twice its own; the scheduler picks the count, grows jobs into idle GPUs and "
+            "shrinks them so waiting jobs start (resizes column).",
+        ),
         as_json: bool = JsonOpt,
     ) -> None:
         """Replay a trace through each policy and print one row per policy (and Gavel's reference)."""
@@ -121,6 +128,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 missing=missing,
                 spread=spread,
+                elastic=elastic,
                 status=status,
             )
         except DanluError as exc:
@@ -160,4 +168,10 @@ def register(app: typer.Typer) -> None:
             console.print(
                 f"note: {rows[0]['jobs_dynamic_batch']} job(s) change their batch size as they train (accordion, "
                 "gns); they are replayed at their initial batch size"
+            )
+        if rows and rows[0]["elastic"]:
+            console.print(
+                f"note: {rows[0]['elastic']} job(s) ran elastic (--elastic): at any GPU count the table measures for "
+                "their job type from 1 to twice their own, resized with notice (resizes column); the others "
+                "have one measured count"
             )

@@ -39,6 +39,7 @@ from operator import itemgetter
 from danlu.billing.pricing import Plan
 from danlu.scheduling.backfill import Timeline
 from danlu.scheduling.deferral import cheaper_start, horizon_for
+from danlu.scheduling.elastic import grow, shrink, size
 from danlu.scheduling.fairshare import within_quota
 from danlu.scheduling.las import schedule_las
 from danlu.scheduling.model import Allocation, ClusterView, Decision, Defer, JobRequest, Parts, Preempt, Start
@@ -69,10 +70,16 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
     allowed = _AllowedModels(view, index.models)
     quotas = view.quotas_gpus
     batch = closed if policy.choice == "balanced" else None
+    # elastic jobs (elastic.py): queued ones to size, running ones that may lend GPUs back
+    sizing = policy.order != "fifo" and any(job.counts_ms for job in view.queue)
+    lending = policy.order != "fifo" and elastic_running(view)
+    resized: set[str] = set()
     for job in _in_order(view.queue, keys):
         can_reserve = policy.backfill and blocked < policy.reservation_depth
         if free_left == 0 and not can_reserve:
             break  # nothing free, reservation (and preemption) budget spent: the rest stay queued
+        if job.counts_ms and sizing:
+            job = _sized(view, policy, job, allowed, timeline, batch)
         if quotas and not within_quota(job.user, job.gpus, in_use, quotas):
             decisions.append(Defer(job.id, None, f"user {job.user} would exceed their GPU quota"))
             continue
@@ -117,6 +124,13 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             and _preempt(view, job, models, option, index, timeline, preemptor, decisions)
         ):
             continue
+        if (
+            lending
+            and can_reserve
+            and (option is None or option[0] > now + view.notice_ms + view.restart_overhead_ms)
+            and _shrink(view, job, models, index, timeline, resized, decisions)
+        ):
+            continue
         if option is not None and can_reserve:
             start, finish, _, host = option
             timeline.reserve(host, start, finish, job.gpus)
@@ -125,10 +139,52 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             decisions.append(Defer(job.id, None, "waiting for enough GPUs of one model across hosts"))
         elif can_reserve:
             decisions.append(Defer(job.id, None, "no host can ever hold this gang"))
+    taken = (preemptor.taken if preemptor is not None else set()) | resized
+    if free_left > 0 and lending:
+        decisions.extend(grow(view, policy, index, timeline, taken))
     if policy.migrate and free_left > 0 and view.running:
-        taken = preemptor.taken if preemptor is not None else set()
         decisions.extend(_migrations(view, index, timeline, taken))
     return decisions
+
+
+def elastic_running(view: ClusterView) -> bool:
+    return any(alloc.counts_ms for alloc in view.running)
+
+
+def _sized(
+    view: ClusterView,
+    policy: Policy,
+    job: JobRequest,
+    allowed: _AllowedModels,
+    timeline: Timeline,
+    batch: Batch | None,
+) -> JobRequest:
+    def finish_now(sized: JobRequest, models: list[str]) -> int | None:
+        option = _choose(view, policy, sized, models, timeline, False, batch, {})
+        return option[1] if option is not None and option[0] == view.now_ms else None
+
+    return size(view, policy, job, allowed, finish_now)
+
+
+def _shrink(
+    view: ClusterView,
+    job: JobRequest,
+    models: list[str],
+    index: FreeIndex,
+    timeline: Timeline,
+    resized: set[str],
+    decisions: list[Decision],
+) -> bool:
+    """Take lent GPUs back from running elastic jobs so that the blocked ``job`` starts after their notice."""
+    found = shrink(view, job, models, index, timeline, resized)
+    if found is None:
+        return False
+    notices, (host, model) = found
+    decisions.extend(notices)
+    ready = view.now_ms + view.notice_ms
+    timeline.reserve(host, ready, ready + job.durations_ms[model], job.gpus)
+    decisions.append(Defer(job.id, ready, "waiting for GPUs lent to elastic jobs, after their notice"))
+    return True
 
 
 MIGRATION_COOLDOWN_MS = 30 * 60_000  # a job runs this long on a type before it may move again

@@ -89,10 +89,12 @@ class JobState:
     end_ms: int | None = None
     preemptions: int = 0
     migrations: int = 0
+    resizes: int = 0
     notice_ms: int | None = None
     defer_until_ms: int | None = None
     resumed: bool = False  # the current run restarts from a checkpoint (pays the restart overhead)
     migrating_to: str | None = None  # the type a migration moves it to: it restarts there, not back
+    resizing_to: int | None = None  # the GPU count a resize moves an elastic job to: it restarts at it
     reason: str = ""  # why it is in its status (lifecycle.after_run's words, as the live server shows)
 
 
@@ -103,6 +105,7 @@ class EngineStats:
     cpu_s: float = 0.0
     preemptions: int = 0
     migrations: int = 0
+    resizes: int = 0  # elastic jobs stopped to resume at another GPU count (elastic.py)
 
 
 @dataclass
@@ -129,6 +132,8 @@ class Engine:
     _freed: bool = False  # some allocation ended since the last round
     # a job moved twice -> until when it waits for its target, and its durations on every type
     _pinned: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    # a resized elastic job -> until when it waits for its new count, and its request with every count
+    _resized: dict[str, tuple[int, JobRequest]] = field(default_factory=dict)
     unplaceable: list[str] = field(default_factory=list)  # never submitted: no host can ever hold them
     on_round: Callable[[RoundReport], None] | None = None  # sees each round's report (tests, tracing)
 
@@ -175,6 +180,8 @@ class Engine:
             _, full = self._pinned.pop(job_id)  # started, or its target stayed taken: any type again
             if job_id in self._queue:
                 self._queue[job_id] = replace(self._queue[job_id], durations_ms=full)
+        for job_id in [j for j, (until, _) in self._resized.items() if until <= now and j in self._queue]:
+            self._queue[job_id] = self._resized.pop(job_id)[1]  # its new count stayed taken: any count again
         deferred = self._deferred
         queue = tuple(r for r in self._queue.values() if r.id not in deferred)
         # with an empty queue a round only matters when GPUs freed up and running jobs may move
@@ -222,7 +229,7 @@ class Engine:
         remaining = state.remaining
         alloc = self.running.get(job_id)
         if alloc is not None:
-            full = durations.get(alloc.gpu_model, 0) * self._slowdown(alloc)
+            full = self._whole(state.request, alloc) * self._slowdown(alloc)
             lost = self.restart_overhead_ms if state.resumed else 0
             remaining -= max(0, now - alloc.start_ms - lost) / full if full else 0.0
         return round(max(0.0, 1.0 - remaining) * fastest * state.request.gpus)
@@ -248,7 +255,8 @@ class Engine:
             checkpoints=True,  # a simulated job checkpoints within its notice (simulator.py)
             parts=d.parts,
             # a job moved MAX_MIGRATIONS times stays where it is: no duration table, no further move
-            durations_ms=self._usable_durations(queued) if state.migrations < MAX_MIGRATIONS else {},
+            durations_ms=self._usable_durations(queued.at(d.gpus)) if state.migrations < MAX_MIGRATIONS else {},
+            counts_ms=self._resized.pop(d.job_id)[1].counts_ms if d.job_id in self._resized else queued.counts_ms,
         )
         state.status = RUNNING
         state.defer_until_ms = None
@@ -279,7 +287,11 @@ class Engine:
             state.migrating_to = d.migrate_to
             state.migrations += 1
             self.stats.migrations += 1
-        else:
+        if d.resize_to is not None:
+            state.resizing_to = d.resize_to
+            state.resizes += 1
+            self.stats.resizes += 1
+        if d.migrate_to is None and d.resize_to is None:
             state.preemptions += 1
             self.stats.preemptions += 1
         self.stats.decisions += 1
@@ -301,7 +313,7 @@ class Engine:
         self._bill(state, alloc, plan, alloc.start_ms, min(notice_from, at_ms))
         self._bill(state, alloc, Plan.INTERRUPTIBLE, min(notice_from, at_ms), at_ms)
         self.usage[alloc.user] = self.usage.get(alloc.user, 0.0) + alloc.gpus * (at_ms - alloc.start_ms) / 3_600_000
-        full = state.request.durations_ms.get(alloc.gpu_model, 0) * self._slowdown(alloc)
+        full = self._whole(state.request, alloc) * self._slowdown(alloc)
         lost = self.restart_overhead_ms if state.resumed else 0
         done = max(0, at_ms - alloc.start_ms - lost) / full if full else 0.0
         state.remaining = max(0.0, state.remaining - done)
@@ -327,11 +339,24 @@ class Engine:
                 # batch 0.3 h of makespan (19.35 -> 19.65 h).
                 self._pinned[job_id] = (at_ms + PIN_MS, durations)
                 durations = {target: durations[target]}
-            self._queue[job_id] = replace(
-                state.request,
+            req = state.request
+            queued = replace(
+                req,
                 durations_ms=durations,
-                spread_durations_ms=self._left(state, state.request.spread_durations_ms),
+                spread_durations_ms=self._left(state, req.spread_durations_ms),
+                counts_ms={k: self._left(state, d) for k, d in req.counts_ms.items()},
+                counts_spread_ms={k: self._left(state, d) for k, d in req.counts_spread_ms.items()},
             )
+            count, state.resizing_to = state.resizing_to, None
+            if count is not None and count in queued.counts_ms:
+                # resized: it restarts at its new count (and type, if it moves), for PIN_MS at most:
+                # offered every shape again, the next round could undo what this one decided
+                self._resized[job_id] = (at_ms + PIN_MS, queued)
+                shape = queued.counts_ms[count]
+                if target is not None and target in shape:
+                    shape = {target: shape[target]}
+                queued = replace(queued.at(count), durations_ms=shape, counts_ms={count: shape})
+            self._queue[job_id] = queued
         else:
             state.status = status
             state.end_ms = at_ms
@@ -345,9 +370,14 @@ class Engine:
         spread run time over its run time on one host (JobRequest.spread_ms), else the default."""
         if not alloc.parts:
             return 1.0
-        req = self.jobs[alloc.job_id].request
+        req = self.jobs[alloc.job_id].request.at(alloc.gpus)
         one_host = req.durations_ms.get(alloc.gpu_model, 0)
         return req.spread_ms(alloc.gpu_model, self.spread_slowdown) / one_host if one_host else self.spread_slowdown
+
+    @staticmethod
+    def _whole(request: JobRequest, alloc: Allocation) -> int:
+        """The whole job's run time on the allocation's model at its GPU count (an elastic job's differs by count)."""
+        return request.at(alloc.gpus).durations_ms.get(alloc.gpu_model, 0)
 
     def _bill(self, state: JobState, alloc: Allocation, plan: Plan, start: int, end: int) -> None:
         if end <= start:

@@ -9,7 +9,7 @@ Times are ``int`` epoch milliseconds on whatever clock the engine uses (virtual 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from danlu.billing.pricing import Plan, PriceBook
 
@@ -55,6 +55,26 @@ class JobRequest:
     # ``durations_ms``) or else ``ClusterView.spread_slowdown`` x its duration
     spread_ok: bool = False
     spread_durations_ms: Mapping[str, int] = field(default_factory=dict, compare=False)
+    # an elastic job (issue 30, item 2): the GPU counts it may run at, each with its run time per
+    # model from the same progress as ``durations_ms`` (and spread, where measured); ``gpus`` and
+    # ``durations_ms`` are the count it is being considered at (its smallest, as queued). Empty: fixed.
+    counts_ms: Mapping[int, Mapping[str, int]] = field(default_factory=dict, compare=False)
+    counts_spread_ms: Mapping[int, Mapping[str, int]] = field(default_factory=dict, compare=False)
+
+    @property
+    def min_gpus(self) -> int:
+        return min(self.counts_ms) if self.counts_ms else self.gpus
+
+    def at(self, gpus: int) -> JobRequest:
+        """The same job considered at another of its counts (an elastic job only)."""
+        if gpus == self.gpus or gpus not in self.counts_ms:
+            return self
+        return replace(
+            self,
+            gpus=gpus,
+            durations_ms=self.counts_ms[gpus],
+            spread_durations_ms=self.counts_spread_ms.get(gpus, {}),
+        )
 
     def runnable_on(self, gpu_model: str) -> bool:
         return self.durations_ms.get(gpu_model, 0) > 0
@@ -92,10 +112,22 @@ class Allocation:
     # it has written one): only such work may be demoted for a job with less attained service
     checkpoints: bool = False
     parts: Parts = ()  # a gang spread over hosts (``host_id`` is the first); empty: all on ``host_id``
+    # an elastic job's whole-job run time per count it may run at, then per model, from the progress
+    # it had at ``start_ms`` (as ``durations_ms``; JobRequest.counts_ms): lets the core weigh a resize
+    counts_ms: Mapping[int, Mapping[str, int]] = field(default_factory=dict, compare=False)
 
     @property
     def placed(self) -> Parts:
         return self.parts or ((self.host_id, self.gpus),)
+
+    def remaining_ms_at(self, gpus: int, at_ms: int, gpu_model: str | None = None) -> int | None:
+        """Estimated run time left at ``at_ms`` if the job continued at ``gpus`` GPUs (of ``gpu_model``,
+        else of its own model)."""
+        full = self.counts_ms.get(gpus, {}).get(gpu_model or self.gpu_model, 0)
+        span = self.est_end_ms - self.start_ms
+        if full <= 0 or span <= 0:
+            return None
+        return round(full * max(0, self.est_end_ms - at_ms) / span)
 
     def remaining_ms_on(self, gpu_model: str, at_ms: int) -> int | None:
         """Estimated run time left at ``at_ms`` if the job continued on ``gpu_model`` instead."""
@@ -160,6 +192,9 @@ class Preempt:
     # set when the job is stopped only to move it to a faster GPU model (``for_job_id`` is the job
     # itself): the same noticed stop + requeue + resume from checkpoint, counted as a migration
     migrate_to: str | None = None
+    # set when an elastic job is stopped to resume at another GPU count (grown into idle GPUs, or
+    # shrunk so a waiting job can start): the same noticed stop and resume, counted as a resize
+    resize_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ COLUMNS = [
     ("deadline_misses", "deadline misses"),
     ("preemptions", "preemptions"),
     ("migrations", "migrations"),
+    ("resizes", "resizes"),
     ("sched_cpu_ms_per_decision", "sched ms/decision"),
     ("source", "source"),
 ]
@@ -61,6 +62,7 @@ def run_simulation(
     seed: int = 0,
     missing: Missing = "estimate",
     spread: bool = True,
+    elastic: bool = False,
     status: Progress | None = None,
 ) -> list[dict[str, Any]]:
     prices = scenario.prices if tariffs else scenario.prices.without_tariffs()
@@ -68,7 +70,9 @@ def run_simulation(
         scenario.hosts, prices, scenario.start_ms, scenario.throughputs, scenario.models[-1], scenario.spread_slowdown
     )
     trace_jobs = read_trace(trace)
-    requests = to_requests(setup, trace_jobs, interruptible=interruptible, missing=missing, spread=spread)
+    requests = to_requests(
+        setup, trace_jobs, interruptible=interruptible, missing=missing, spread=spread, elastic=elastic
+    )
     kept = {r.id for r in requests}
     skipped = [tj.id for tj in trace_jobs if tj.id not in kept]
     dynamic = sum(1 for tj in trace_jobs if tj.batch_mode != "static" and tj.id in kept)
@@ -97,6 +101,7 @@ def run_simulation(
         row["skipped"] = skipped
         row["jobs_dynamic_batch"] = dynamic  # read at their initial batch size (traces.TraceJob.batch_mode)
         row["spread"] = spread
+        row["elastic"] = sum(1 for r in requests if r.counts_ms) if elastic else 0  # jobs offered a range
         rows.append(row)
     return rows
 

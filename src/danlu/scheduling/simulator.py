@@ -29,18 +29,26 @@ DEFAULT_ROUND_MS = 60_000
 class SimExecutor:
     """Runs nothing: each started job 'exits' after its remaining true duration on that model."""
 
-    def __init__(self, durations: Mapping[str, Mapping[str, int]], restart_overhead_ms: int = 0) -> None:
+    def __init__(
+        self,
+        durations: Mapping[str, Mapping[str, int]],
+        restart_overhead_ms: int = 0,
+        counts: Mapping[str, Mapping[int, Mapping[str, int]]] | None = None,
+    ) -> None:
         self._durations = durations
+        self._counts = counts or {}  # an elastic job's true run time per GPU count, then model
         self._overhead = restart_overhead_ms
         self._remaining: dict[str, float] = {}
         self._running: dict[str, tuple[int, str, int, int, float]] = {}  # job -> (start, model, end, lost, slowdown)
+        self._gpus: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []
         self.finished = 0  # jobs that ran to their end (for a progress line)
 
     def start(self, job_id: str, host_id: str, gpu_model: str, gpus: int, now_ms: int, slowdown: float = 1.0) -> None:
         left = self._remaining.setdefault(job_id, 1.0)
         lost = self._overhead if left < 1.0 - 1e-9 else 0
-        end = now_ms + lost + max(1, round(self._durations[job_id][gpu_model] * slowdown * left))
+        self._gpus[job_id] = gpus
+        end = now_ms + lost + max(1, round(self._whole(job_id, gpu_model) * slowdown * left))
         self._running[job_id] = (now_ms, gpu_model, end, lost, slowdown)
         heapq.heappush(self._heap, (end, job_id))
 
@@ -49,8 +57,12 @@ class SimExecutor:
 
     def stop(self, job_id: str, now_ms: int) -> None:
         start, model, _, lost, slowdown = self._running.pop(job_id)
-        done = max(0, now_ms - start - lost) / (self._durations[job_id][model] * slowdown)
+        done = max(0, now_ms - start - lost) / (self._whole(job_id, model) * slowdown)
         self._remaining[job_id] = max(0.0, self._remaining[job_id] - done)
+
+    def _whole(self, job_id: str, gpu_model: str) -> int:
+        by_count = self._counts.get(job_id, {}).get(self._gpus[job_id])
+        return (by_count or self._durations[job_id])[gpu_model]
 
     def poll(self, now_ms: int) -> list[ExecEvent]:
         out = []
@@ -89,6 +101,7 @@ def to_requests(
     *,
     missing: Missing = "estimate",
     spread: bool = True,
+    elastic: bool = False,
 ) -> list[JobRequest]:
     """The trace as job requests. A job measured in steps needs a throughput for its (job type, GPU
     count), or a duration (a duration of 0 would make it finish in 1 ms everywhere). Without either,
@@ -139,7 +152,34 @@ def to_requests(
                 spread_durations_ms={m: d for m, d in spread_durations.items() if m in durations},
             )
         )
+        if elastic and rates is not None and not estimated:
+            out[-1] = _elastic(out[-1], setup.throughputs, tj, models, spread)
     return out
+
+
+ELASTIC_UP_TO = 2  # an elastic trace job may run from 1 GPU up to this many times its requested count
+
+
+def _elastic(request: JobRequest, table: ThroughputTable, tj: TraceJob, models: list[str], spread: bool) -> JobRequest:
+    """The trace job as an elastic one (``--elastic``): every count the table measures its job type
+    at, from 1 GPU to ``ELASTIC_UP_TO`` x the trace's count, at the table's speed for that count (the
+    same steps; a model missing at some count is not offered at it). Queued at its minimum."""
+    counts: dict[int, dict[str, int]] = {}
+    spread_counts: dict[int, dict[str, int]] = {}
+    for (job_type, n), rates in table.rates.items():
+        if job_type != tj.job_type or not 1 <= n <= ELASTIC_UP_TO * tj.gpus:
+            continue
+        found = durations_from_steps(tj.steps, rates, models)
+        if tj.allowed_models:
+            found = {m: d for m, d in found.items() if m in tj.allowed_models}
+        if found:
+            counts[n] = found
+            if spread and n > 1:
+                spread_counts[n] = durations_from_steps(tj.steps, table.lookup_spread(job_type, n), found)
+    if len(counts) < 2:
+        return request
+    # spread_ok: the job may span hosts at whichever count it runs (the core spreads only gangs)
+    return replace(request, counts_ms=counts, counts_spread_ms=spread_counts, spread_ok=spread).at(min(counts))
 
 
 def estimate_rates(table: ThroughputTable, job_type: str, gpus: int) -> dict[str, float] | None:
@@ -191,7 +231,11 @@ def simulate(
     notice_ms = policy.notice_ms if policy.notice_ms is not None else notice_ms
     round_ms = round_ms or policy.round_ms or DEFAULT_ROUND_MS
     clock = FakeClock(setup.start_ms)
-    executor = SimExecutor({r.id: r.durations_ms for r in requests}, restart_overhead_ms)
+    executor = SimExecutor(
+        {r.id: r.durations_ms for r in requests},
+        restart_overhead_ms,
+        {r.id: r.counts_ms for r in requests if r.counts_ms},
+    )
     engine = Engine(
         clock,
         executor,
@@ -255,6 +299,7 @@ def summarize(engine: Engine, setup: SimSetup, policy_name: str) -> dict[str, ob
         "deadline_misses": misses,
         "preemptions": stats.preemptions,
         "migrations": stats.migrations,
+        "resizes": stats.resizes,
         "rounds": stats.rounds,
         "decisions": stats.decisions,
         "sched_cpu_ms_per_round": round(stats.cpu_s * 1000 / stats.rounds, 4) if stats.rounds else 0.0,

@@ -1,0 +1,206 @@
+"""Elastic jobs (issue 30, item 2): a job that may run at any of several GPU counts.
+
+An elastic :class:`~danlu.scheduling.model.JobRequest` carries its run time at each count it allows
+(``counts_ms``: from the throughput table's 1/2/4/8-GPU rows in the simulator). It is queued at its
+minimum and never runs below it. Three decisions, all in the pure core, in the policy's queue order
+like every other (shortest work first for ``danlu``):
+
+* **size at start** (:func:`size`): among the counts the job can start at now, the smallest whose
+  finish is within ``time_slack`` of the earliest (a count that barely helps is not worth its
+  GPUs); the cost mode takes the cheapest that ends within its readable bound
+  (``cost_delay_factor`` x the earliest finish).
+* **grow** (:func:`grow`): after the queue walk, GPUs nobody queued could start on may take a
+  running elastic job to a larger count of its model, or (while it may still move, as a migration)
+  to any count of another model, or gather a gang spread over hosts onto one — whichever ends it
+  soonest, when that is sooner by more than the slack and the restart overhead; most time saved
+  per GPU held first, never into a reservation. (A rigid job still moves only as a migration.)
+* **shrink** (:func:`shrink`): a job that would otherwise wait takes GPUs back from running elastic
+  jobs on one host above their minimum — just enough of them, each to the largest of its counts
+  that frees them — but only from a job that would still run longer than the waiting one
+  (shortest remaining first: shrinking a job that ends sooner only delays both).
+
+A job runs ``RESIZE_COOLDOWN_MS`` at a count before it may be resized again. Every resize is the same
+noticed stop, checkpoint and resume as a preemption (counted apart, as ``resizes``), and the job
+restarts at the count decided (the engine holds it there for a while, as it does a migration's
+type). What a job held is billed second by second like any allocation. Interactive rentals are never
+elastic: only a job with ``counts_ms`` is ever resized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from danlu.scheduling.backfill import Timeline
+from danlu.scheduling.model import Allocation, ClusterView, JobRequest, Preempt
+from danlu.scheduling.placement import FreeIndex
+from danlu.scheduling.policies import Policy
+
+RESIZE_COOLDOWN_MS = 30 * 60_000  # a job runs this long at one count before it may be resized again
+
+# (job at a count, its runnable models) -> its estimated finish if it starts now, else None
+StartNow = Callable[[JobRequest, list[str]], int | None]
+
+
+def size(
+    view: ClusterView,
+    policy: Policy,
+    job: JobRequest,
+    allowed: Callable[[JobRequest], list[str]],
+    finish_now: StartNow,
+) -> JobRequest:
+    """The job at the count it should start at now (its minimum when no count can start now)."""
+    now = view.now_ms
+    options: list[tuple[int, int, JobRequest]] = []  # (finish, cost, job at a count), fewest GPUs first
+    for count in sorted(job.counts_ms):
+        sized = job.at(count)
+        models = allowed(sized)
+        finish = finish_now(sized, models) if models else None
+        if finish is not None:
+            cheapest = min(view.prices.price(m, sized.plan) * sized.durations_ms[m] for m in models)
+            options.append((finish, cheapest * count, sized))
+    if not options:
+        return job.at(job.min_gpus)
+    best = min(f for f, _, _ in options)
+    if policy.choice == "cheapest":
+        bound = now + (best - now) * policy.cost_delay_factor
+        return min((o for o in options if o[0] <= bound), key=lambda o: (o[1], o[0]))[2]
+    limit = now + (best - now) * (1.0 + policy.time_slack)
+    return next(sized for finish, _, sized in options if finish <= limit)
+
+
+def grow(view: ClusterView, policy: Policy, index: FreeIndex, timeline: Timeline, taken: set[str]) -> list[Preempt]:
+    """Notices that reshape running elastic jobs onto GPUs nobody queued could use: a larger count of
+    their model, or (while the job may still move: ``Allocation.durations_ms``) any count of another
+    model. Each job's shapes are tried as :func:`size` ranks them (the fewest GPUs within the slack of
+    its earliest end first); jobs by the time their first choice saves per GPU, most first."""
+    ready = view.now_ms + view.notice_ms
+    overhead = view.restart_overhead_ms
+    roomy = {m for m in index.models if index.largest_free(m) > 0}
+    ranked: list[tuple[float, str, list[tuple[int, str, int]], Allocation]] = []
+    for alloc in view.running:
+        if not _resizable(view, alloc, taken):
+            continue
+        left_here = alloc.est_end_ms - ready
+        shapes: list[tuple[int, str, int]] = []  # (count, model, run time left there)
+        for count, durations in alloc.counts_ms.items():
+            for model in durations:
+                moves = model != alloc.gpu_model
+                if (moves and (not alloc.durations_ms or model not in roomy)) or (
+                    not moves and (count < alloc.gpus or (count == alloc.gpus and not alloc.parts))
+                ):
+                    continue
+                left_there = alloc.remaining_ms_at(count, ready, model)
+                if (
+                    left_there is not None
+                    and left_here - (overhead + left_there) * (1.0 + policy.time_slack) > 2 * overhead
+                ):
+                    shapes.append((count, model, left_there))
+        if shapes:
+            best = min(left for _, _, left in shapes)
+            shapes.sort(key=lambda s: (s[2] > best * (1.0 + policy.time_slack), s[0], s[2], s[1]))
+            count, _, left_there = shapes[0]
+            ranked.append((-(left_here - overhead - left_there) / count, alloc.job_id, shapes, alloc))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    out: list[Preempt] = []
+    for _, job_id, shapes, alloc in ranked:
+        for count, model, left_there in shapes:
+            notice = _reshape(view, index, timeline, alloc, count, model, ready + overhead + left_there)
+            if notice is not None:
+                taken.add(job_id)
+                out.append(notice)
+                break
+    return out
+
+
+def _reshape(
+    view: ClusterView, index: FreeIndex, timeline: Timeline, alloc: Allocation, count: int, model: str, end: int
+) -> Preempt | None:
+    """The notice that moves ``alloc`` to ``count`` GPUs of ``model`` ending at ``end``, holding the GPUs
+    it will restart on, or None when they are not free for that long."""
+    extra = count - alloc.gpus
+    if (
+        model == alloc.gpu_model
+        and not alloc.parts
+        and index.free[alloc.host_id] >= extra
+        and timeline.fits(alloc.host_id, extra, view.now_ms, end - view.now_ms)
+    ):
+        host, need = alloc.host_id, extra  # it grows where it is
+    else:
+        elsewhere = timeline.startable_now(model, count, end - view.now_ms)
+        if elsewhere is None:
+            return None
+        host, need = elsewhere, count
+    index.take(host, need)  # held for the job until it resumes in its new shape
+    timeline.add_running(host, end, need)
+    minutes = (alloc.est_end_ms - end) // 60_000
+    shape = f"{count} GPUs" if model == alloc.gpu_model else f"{count}x {model}"
+    return Preempt(
+        alloc.job_id,
+        alloc.host_id,
+        view.now_ms + view.notice_ms,
+        alloc.job_id,
+        f"growing from {alloc.gpus} to {shape} on idle GPUs: ~{minutes} min sooner",
+        migrate_to=model if model != alloc.gpu_model else None,
+        resize_to=count,
+    )
+
+
+def shrink(
+    view: ClusterView, job: JobRequest, models: list[str], index: FreeIndex, timeline: Timeline, taken: set[str]
+) -> tuple[list[Preempt], tuple[str, str]] | None:
+    """Notices that take lent GPUs back from running elastic jobs on one host so that ``job``'s gang
+    fits there, and that host and model; None when no host can be freed that way."""
+    lenders: dict[str, list[Allocation]] = {}
+    ready = view.now_ms + view.notice_ms
+    shortest = min(job.durations_ms[m] for m in models)
+    for alloc in view.running:
+        if alloc.est_end_ms - ready <= shortest:
+            continue  # it ends before the waiting job would: shortest remaining first, keep it as it is
+        lends = alloc.gpus > min(alloc.counts_ms, default=alloc.gpus) and not alloc.parts  # on one host
+        if lends and alloc.gpu_model in models and _resizable(view, alloc, taken):
+            lenders.setdefault(alloc.host_id, []).append(alloc)
+    for host in sorted(lenders, key=lambda h: (-sum(_lent(a) for a in lenders[h]), h)):
+        model = index.model_of[host]
+        if timeline.has_reservations(host) or index.total[host] < job.gpus:
+            continue
+        need = job.gpus - index.free[host]
+        chosen: list[tuple[Allocation, int]] = []  # (lender, the count it shrinks to)
+        for alloc in sorted(lenders[host], key=lambda a: (-_lent(a), a.job_id)):
+            if need <= 0:
+                break
+            # the largest of its counts that gives back enough, else its minimum
+            low = max((c for c in alloc.counts_ms if c < alloc.gpus and alloc.gpus - c >= need), default=None)
+            low = min(alloc.counts_ms) if low is None else low
+            chosen.append((alloc, low))
+            need -= alloc.gpus - low
+        if need > 0:
+            continue
+        notices = []
+        for alloc, low in chosen:
+            taken.add(alloc.job_id)
+            notices.append(
+                Preempt(
+                    alloc.job_id,
+                    host,
+                    ready,
+                    job.id,
+                    f"shrinking from {alloc.gpus} to {low} GPUs so that job {job.id} can start; "
+                    "it resumes from its checkpoint",
+                    resize_to=low,
+                )
+            )
+        return notices, (host, model)
+    return None
+
+
+def _lent(alloc: Allocation) -> int:
+    return alloc.gpus - min(alloc.counts_ms)
+
+
+def _resizable(view: ClusterView, alloc: Allocation, taken: set[str]) -> bool:
+    return (
+        bool(alloc.counts_ms)
+        and alloc.stopping_at_ms is None
+        and alloc.job_id not in taken
+        and view.now_ms - alloc.start_ms >= RESIZE_COOLDOWN_MS
+    )
