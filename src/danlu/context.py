@@ -39,6 +39,7 @@ class Settings:
     # after running at least demote_slice_s since its last start.
     demote_after_s: int | None = 8 * 3600
     demote_slice_s: int = 3600
+    resize_cooldown_s: int = 1800  # an elastic job runs this long at one GPU count before a resize
     job_default_duration_s: int = 3600  # backfill estimate for jobs submitted without --est-duration
     job_max_attempts: int = 3  # runs lost with their node are retried this many times in all
     sandbox_uid_first: int = 2_000_000  # renters' sandbox uids: first + user id, below first + count

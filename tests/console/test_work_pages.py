@@ -69,6 +69,14 @@ def test_a_job_submitted_with_the_form_is_queued_with_the_chosen_gpus(live: Live
     assert r.status_code == 303, r.text
     second = api.get(r.headers["location"]).json()  # /jobs/ID, the API's path too
     assert (second["gpus"], second["gpu_types"], second["interruptible"], second["deadline"]) == (1, ["T4"], True, None)
+    # An elastic job: a range (the API's gpus_max); a range that is not one is refused on the form, nothing queued
+    bad = c.post("/jobs/new", data={**form, "gpus": "2", "gpus_max": "2", "deadline": ""})
+    assert bad.status_code == 422 and "--gpus 2-8" in bad.text and len(api.get("/jobs").json()) == 2
+    r = c.post("/jobs/new", data={**form, "gpus": "1", "gpus_max": "2", "deadline": ""})
+    assert r.status_code == 303, r.text
+    third = api.get(r.headers["location"]).json()
+    assert (third["gpus"], third["gpus_max"]) == (1, 2)
+    assert "(1–2) ×" in c.get(r.headers["location"]).text  # its range on its page
 
 
 def test_a_pipeline_step_from_the_form_runs_after_a_job_in_a_rentals_workspace(live: LiveServer) -> None:

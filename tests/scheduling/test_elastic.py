@@ -4,10 +4,21 @@ shorter waiting job starts, never runs below its minimum, and keeps its progress
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from danlu.billing.pricing import Plan, PriceBook
 from danlu.scheduling.core import schedule
-from danlu.scheduling.elastic import RESIZE_COOLDOWN_MS
-from danlu.scheduling.model import Allocation, ClusterView, Defer, Host, JobRequest, Preempt, Start
+from danlu.scheduling.model import (
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    Allocation,
+    ClusterView,
+    Defer,
+    Host,
+    JobRequest,
+    Preempt,
+    Start,
+)
 from danlu.scheduling.policies import POLICIES
 from danlu.scheduling.simulator import SimSetup, simulate, summarize
 from danlu.scheduling.speed import ThroughputTable
@@ -70,7 +81,7 @@ def running_elastic(gpus: int, started: int, *, end_in: int = 6 * H) -> Allocati
 
 def test_a_running_elastic_job_grows_into_idle_gpus_after_its_cooldown_only() -> None:
     hosts = (Host("h", "V100", 8, 7),)
-    fresh = running_elastic(1, NOW - RESIZE_COOLDOWN_MS + 60_000)
+    fresh = running_elastic(1, NOW - 30 * 60_000 + 60_000)  # ClusterView.resize_cooldown_ms: 30 min
     assert schedule(view(hosts, (), (fresh,)), DANLU) == []  # it has run 29 min at this count: not yet
     settled = running_elastic(1, NOW - 2 * H)
     (grow,) = schedule(view(hosts, (), (settled,)), DANLU)
@@ -93,9 +104,67 @@ def test_a_waiting_shorter_job_takes_lent_gpus_back_but_a_longer_one_does_not() 
     assert not any(isinstance(d, Preempt) for d in schedule(view(hosts, (long,), (lender,)), DANLU))
 
 
-def test_rigid_jobs_are_never_resized() -> None:
+def test_rigid_jobs_are_never_resized_beside_elastic_ones() -> None:
     rigid = Allocation("r", "u", "h", "V100", 1, NOW - 2 * H, NOW + 6 * H, durations_ms={"V100": 8 * H})
-    assert schedule(view((Host("h", "V100", 8, 7),), (), (rigid,)), DANLU) == []
+    elastic_one = replace(running_elastic(1, NOW - 2 * H), host_id="g")
+    hosts = (Host("h", "V100", 8, 7), Host("g", "V100", 8, 7))
+    (grow,) = schedule(view(hosts, (), (rigid, elastic_one)), DANLU)  # grow runs: only the elastic job grows
+    assert grow.job_id == "e"
+    short = JobRequest("s", "w", 8, NOW, {"V100": H}, seq=1)
+    full = (Host("h", "V100", 8, 0),)
+    wide_rigid = replace(rigid, gpus=8, durations_ms={"V100": 8 * H})
+    assert not any(isinstance(d, Preempt) for d in schedule(view(full, (short,), (wide_rigid,)), DANLU))
+
+
+def test_a_shrink_follows_the_rules_of_a_preemption_and_each_job_gets_one_notice() -> None:
+    full = (Host("h", "V100", 8, 0),)
+    lender = replace(running_elastic(8, NOW - H, end_in=3 * H), priority=PRIORITY_HIGH)
+    low = JobRequest("s", "w", 4, NOW, {"V100": H}, seq=1, priority=PRIORITY_LOW)
+    assert not any(isinstance(d, Preempt) for d in schedule(view(full, (low,), (lender,)), DANLU))
+    on_demand = running_elastic(8, NOW - H, end_in=3 * H)
+    cheap = JobRequest("s", "w", 4, NOW, {"V100": H}, seq=1, interruptible=True)
+    assert not any(isinstance(d, Preempt) for d in schedule(view(full, (cheap,), (on_demand,)), DANLU))
+    # shrunk for one waiting job, then not preempted for another in the same round
+    spot = replace(running_elastic(8, NOW - H, end_in=3 * H), interruptible=True)
+    a = JobRequest("a", "w", 4, NOW, {"V100": H}, seq=1, interruptible=True)
+    b = JobRequest("b", "w", 8, NOW, {"V100": 2 * H}, seq=2)
+    notices = [d for d in schedule(view(full, (a, b), (spot,)), DANLU) if isinstance(d, Preempt)]
+    assert len(notices) == 1 and notices[0].job_id == "e"
+
+
+def test_no_shrink_where_the_host_has_room_or_where_it_costs_more_than_it_saves() -> None:
+    lender = running_elastic(4, NOW - H, end_in=3 * H)
+    roomy = (Host("h", "V100", 8, 4),)
+    waiting = JobRequest("s", "w", 4, NOW, {"V100": H}, seq=1)
+    assert not any(isinstance(d, Preempt) for d in schedule(view(roomy, (waiting,), (lender,)), DANLU))
+    # the lender would lose more (its 2.9 h left at 4 GPUs become ~11 h at 1) than the job waits (its start in 1 h)
+    almost_done = running_elastic(4, NOW - H, end_in=3 * H)
+    other = Allocation("o", "v", "h", "V100", 4, NOW - H, NOW + H)
+    three = JobRequest("t", "w", 3, NOW, {"V100": H // 2}, seq=1)
+    decisions = schedule(view((Host("h", "V100", 8, 0),), (three,), (almost_done, other)), DANLU)
+    assert not any(isinstance(d, Preempt) for d in decisions)
+
+
+def test_the_cost_mode_grows_elastic_jobs_but_never_moves_them_to_another_model() -> None:
+    counts = {n: {"V100": ms, "K80": 3 * ms} for n, ms in SCALING.items()}
+    on_k80 = Allocation(
+        "e", "u", "k", "K80", 1, NOW - 2 * H, NOW + 20 * H, durations_ms=counts[1], checkpoints=True, counts_ms=counts
+    )
+    hosts = (Host("k", "K80", 8, 7), Host("v", "V100", 8, 8))
+    (grow,) = schedule(view(hosts, (), (on_k80,)), POLICIES["danlu-cost"])
+    assert grow.migrate_to is None and (grow.resize_to or 0) > 1  # danlu-cost does not migrate
+    moved = schedule(view(hosts, (), (on_k80,)), DANLU)
+    assert [(d.migrate_to, d.resize_to) for d in moved if isinstance(d, Preempt)] == [("V100", 4)]
+
+
+def test_an_elastic_job_is_never_offered_more_than_its_quota_leaves() -> None:
+    quota = replace(view((Host("h", "V100", 8, 8),), (elastic("e", SCALING),)), quotas_gpus={"u": 2})
+    (start,) = schedule(quota, DANLU)
+    assert isinstance(start, Start) and start.gpus == 2
+    running = replace(running_elastic(1, NOW - 2 * H), user="u")
+    capped = replace(view((Host("h", "V100", 8, 7),), (), (running,)), quotas_gpus={"u": 2})
+    (grow,) = schedule(capped, DANLU)
+    assert isinstance(grow, Preempt) and grow.resize_to == 2
 
 
 def test_a_resized_job_keeps_its_progress_and_is_billed_for_what_it_held() -> None:
@@ -115,7 +184,7 @@ def test_a_resized_job_keeps_its_progress_and_is_billed_for_what_it_held() -> No
     assert [g for g, _, _ in spans] == [1, 1, 2]
     (_, first_start, noticed), (_, _, stopped), (_, restart, end) = spans
     assert first_start == 60_000 and noticed == H  # started at the first round; noticed when the blocker ended
-    assert stopped == noticed + 60_000 and restart >= stopped  # the notice ran; it restarted at 2 GPUs
+    assert stopped == noticed + 60_000 and restart == stopped  # the notice ran; it restarted at 2 GPUs at once
     left = 1 - (stopped - first_start) / (8 * H)  # it trained through its notice, at 1 GPU
     assert end == (state.end_ms or 0) - NOW
     assert abs(end - (restart + 30_000 + left * 4 * H)) <= 1_000  # the overhead, then the rest at 2 GPUs
@@ -183,3 +252,20 @@ def test_danlu_simulate_elastic_on_the_demo() -> None:
     assert rigid["elastic"] == 0 and rigid["resizes"] == 0
     table = runner.invoke(app, ["simulate", "--demo", "--policies", "danlu", "--elastic"], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "40 job(s) ran elastic" in table.output
+
+
+def test_a_job_whose_new_shape_was_taken_meanwhile_restarts_in_the_shape_that_fits() -> None:
+    """j is told to grow to 2 GPUs; during its (3 min) notice a new job takes the second GPU. j does not wait for
+    it: it restarts on its own GPU at once (the engine offers every count again when the decided one does not fit)."""
+    hosts = (Host("h", "V100", 2, 2),)
+    setup = SimSetup(hosts, PriceBook("USD", {("V100", Plan.ON_DEMAND): 360}), NOW, ThroughputTable(), "V100")
+    job = JobRequest("j", "u", 1, NOW + 1, {"V100": 8 * H}, seq=1, counts_ms={1: {"V100": 8 * H}, 2: {"V100": 4 * H}})
+    blocker = JobRequest("b", "u", 1, NOW, {"V100": H}, seq=0)
+    late = JobRequest("c", "v", 1, NOW + H + 30_000, {"V100": 2 * H}, seq=2)
+    engine = simulate(setup, [blocker, job, late], "danlu", notice_ms=180_000, restart_overhead_ms=30_000)
+    spans = sorted((u.start_ms - NOW, u.end_ms - NOW, u.gpus) for u in engine.usage_log if u.job_id == "j")
+    assert engine.jobs["j"].resizes >= 1 and engine.jobs["j"].status == "succeeded"  # (it grows again once c ends)
+    stopped = H + 180_000
+    assert [g for start, _, g in spans if start >= stopped][:1] == [1]  # it restarted at 1 GPU
+    restart = min(start for start, _, _ in spans if start >= stopped)
+    assert restart - stopped <= 60_000  # within one round, not after PIN_MS

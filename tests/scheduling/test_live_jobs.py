@@ -43,9 +43,9 @@ echo finished
 """
 
 
-@pytest.fixture
-def jobs_live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
-    p, token = make_platform(
+def jobs_platform(db_url: str, tmp_path: Path, **settings: object) -> tuple[Platform, str]:
+    """A platform with two simulated T4s and fast loops (a 0.2 s tick, a 3 s notice), as live job tests use."""
+    return make_platform(
         db_url,
         tmp_path / "data",
         SystemClock(),
@@ -54,7 +54,13 @@ def jobs_live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
         tick_interval_s=0.2,
         meter_interval_s=1.0,
         preempt_notice_s=3,
+        **settings,
     )
+
+
+@pytest.fixture
+def jobs_live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    p, token = jobs_platform(db_url, tmp_path)
     billing.set_price(p, "T4", "36.00", interruptible="12.00")
     with LiveServer(p, token) as srv:
         yield srv

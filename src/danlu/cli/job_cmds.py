@@ -10,7 +10,7 @@ import typer
 
 from danlu.cli.client import Client
 from danlu.cli.instance_cmds import LogJsonOpt, LogOffsetOpt, print_log
-from danlu.cli.output import JsonOpt, console, human, parse_env, print_json, print_table
+from danlu.cli.output import JsonOpt, console, fail, human, parse_env, print_json, print_table
 from danlu.cli.telemetry_cmds import IdleStopOpt, IdleThresholdOpt, MaxDurationOpt, limits_body
 
 job_app = typer.Typer(help="Inspect and cancel batch jobs.", no_args_is_help=True)
@@ -50,17 +50,37 @@ def _row(v: dict[str, Any], kinds: dict[str, bool]) -> dict[str, Any]:
     else:  # where it runs, or (queued) every model it may run on, is simulated: marked as `danlu ps` does
         candidates = [v["gpu_model"]] if v["gpu_model"] else (v["gpu_types"] or list(kinds))
         sim = bool(candidates) and all(kinds.get(m, False) for m in candidates)
+    count = str(v["gpus"])
+    if v.get("gpus_max"):  # elastic: its range, and what its current or last run has
+        count = (
+            f"{v['gpus_now']} of {v['gpus']}-{v['gpus_max']}" if v.get("gpus_now") else f"{v['gpus']}-{v['gpus_max']}"
+        )
     return {
         **v,
-        "gpus_text": f"{v['gpus']}× {model}{' (sim)' if sim else ''}",
+        "gpus_text": f"{count}× {model}{' (sim)' if sim else ''}",
         "cost_text": f"{v['cost']} {v['currency']}",
         "status_reason": _why(v),
     }
 
 
+def _gpu_range(text: str) -> tuple[int, int | None]:
+    """``--gpus N`` or ``--gpus MIN-MAX`` (an elastic job); the server checks the numbers."""
+    low, sep, high = text.strip().partition("-")
+    if not low.isdigit() or (sep and not high.isdigit()):
+        fail(f"--gpus takes a whole number (4) or a range (2-8), not {text!r}", "invalid_gpu_count")
+    return int(low), int(high) if sep else None
+
+
 def run(
     command: list[str] = typer.Argument(..., help="The command to run, after --"),
-    gpus: int = typer.Option(1, "--gpus", "--count", help="GPUs for the job, all on one host (gang)."),
+    gpus: str = typer.Option(
+        "1",
+        "--gpus",
+        "--count",
+        metavar="N|MIN-MAX",
+        help="GPUs for the job, all on one host (gang); a range (2-8) makes it elastic: the scheduler picks the "
+        "count each run, grows it into idle GPUs and shrinks it so others start (with notice; DANLU_GPUS says).",
+    ),
     gpu: str = typer.Option(None, "--gpu", help="Allowed GPU models, comma-separated (default: any priced)."),
     max_price: str = typer.Option(None, "--max-price", help="Highest price per GPU-hour you accept."),
     deadline: str = typer.Option(None, "--deadline", help="ISO-8601 with timezone, e.g. 2026-12-03T08:00:00+08:00"),
@@ -89,9 +109,11 @@ def run(
     as_json: bool = JsonOpt,
 ) -> None:
     """Queue a training job; the scheduler runs it on the cheapest GPUs that meet its needs."""
+    low, high = _gpu_range(gpus)
     body = {
         "command": command,
-        "gpus": gpus,
+        "gpus": low,
+        "gpus_max": high,
         "gpu_types": [g for g in (gpu or "").split(",") if g],
         "max_price": max_price,
         "deadline": deadline,

@@ -72,6 +72,11 @@ def server(
     demote_slice: str = typer.Option(
         None, "--demote-slice", help="danlu policies: the least a job runs after each start before a demotion (1h)."
     ),
+    resize_cooldown: str = typer.Option(
+        None,
+        "--resize-cooldown",
+        help="The least an elastic job (`danlu run --gpus 2-8`) runs at one GPU count before it is resized (30m).",
+    ),
     no_sandbox: bool = typer.Option(
         False, "--no-sandbox", help="Run renters' code unsandboxed, as this server's user: one trusted user only."
     ),

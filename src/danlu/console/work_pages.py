@@ -79,6 +79,7 @@ def _job_form(ctx: Ctx, values: dict[str, object], error: str | None = None, sta
 JOB_DEFAULTS: dict[str, object] = {
     "command": "",
     "gpus": "1",
+    "gpus_max": "",
     "gpu_types": [],
     "est_duration": "",
     "interruptible": False,
@@ -103,6 +104,7 @@ def submit_job(
     ctx: Post,
     command: Text = "",
     gpus: Text = "1",
+    gpus_max: Text = "",
     gpu_types: Annotated[list[str] | None, Form()] = None,
     est_duration: Text = "",
     interruptible: Text = "",
@@ -119,6 +121,7 @@ def submit_job(
         "workspace": workspace,
         "command": command,
         "gpus": gpus,
+        "gpus_max": gpus_max,
         "gpu_types": list(gpu_types or []),
         "est_duration": est_duration,
         "interruptible": bool(interruptible),
@@ -133,6 +136,9 @@ def submit_job(
             jobs_api.JobIn,
             command=_argv(ctx, command),
             gpus=_whole(gpus, "invalid_gpu_count", ctx._("GPUs is a whole number, e.g. 2.")),
+            gpus_max=_whole(gpus_max, "invalid_gpu_count", ctx._("GPUs is a whole number, e.g. 2."))
+            if gpus_max.strip()
+            else None,
             gpu_types=list(gpu_types or []),
             est_duration_s=_duration(ctx, est_duration),
             interruptible=bool(interruptible),

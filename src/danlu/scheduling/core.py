@@ -73,13 +73,15 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
     # elastic jobs (elastic.py): queued ones to size, running ones that may lend GPUs back
     sizing = policy.order != "fifo" and any(job.counts_ms for job in view.queue)
     lending = policy.order != "fifo" and elastic_running(view)
-    resized: set[str] = set()
+    noticed = preemptor.taken if preemptor is not None else set()  # running jobs given notice this round: one each
     for job in _in_order(view.queue, keys):
         can_reserve = policy.backfill and blocked < policy.reservation_depth
         if free_left == 0 and not can_reserve:
             break  # nothing free, reservation (and preemption) budget spent: the rest stay queued
         if job.counts_ms and sizing:
-            job = _sized(view, policy, job, allowed, timeline, batch)
+            quota = quotas.get(job.user) if quotas else None
+            cap = None if quota is None else quota - in_use[job.user]  # a count past its quota is not offered
+            job = _sized(view, policy, job, allowed, timeline, batch, cap)
         if quotas and not within_quota(job.user, job.gpus, in_use, quotas):
             decisions.append(Defer(job.id, None, f"user {job.user} would exceed their GPU quota"))
             continue
@@ -128,7 +130,7 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             lending
             and can_reserve
             and (option is None or option[0] > now + view.notice_ms + view.restart_overhead_ms)
-            and _shrink(view, job, models, index, timeline, resized, decisions)
+            and _shrink(view, job, models, index, timeline, noticed, decisions, option)
         ):
             continue
         if option is not None and can_reserve:
@@ -139,11 +141,10 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
             decisions.append(Defer(job.id, None, "waiting for enough GPUs of one model across hosts"))
         elif can_reserve:
             decisions.append(Defer(job.id, None, "no host can ever hold this gang"))
-    taken = (preemptor.taken if preemptor is not None else set()) | resized
     if free_left > 0 and lending:
-        decisions.extend(grow(view, policy, index, timeline, taken))
+        decisions.extend(grow(view, policy, index, timeline, noticed, in_use))
     if policy.migrate and free_left > 0 and view.running:
-        decisions.extend(_migrations(view, index, timeline, taken))
+        decisions.extend(_migrations(view, index, timeline, noticed))
     return decisions
 
 
@@ -158,12 +159,13 @@ def _sized(
     allowed: _AllowedModels,
     timeline: Timeline,
     batch: Batch | None,
+    cap: int | None,
 ) -> JobRequest:
     def finish_now(sized: JobRequest, models: list[str]) -> int | None:
         option = _choose(view, policy, sized, models, timeline, False, batch, {})
         return option[1] if option is not None and option[0] == view.now_ms else None
 
-    return size(view, policy, job, allowed, finish_now)
+    return size(view, policy, job, allowed, finish_now, cap)
 
 
 def _shrink(
@@ -172,11 +174,12 @@ def _shrink(
     models: list[str],
     index: FreeIndex,
     timeline: Timeline,
-    resized: set[str],
+    noticed: set[str],
     decisions: list[Decision],
+    option: Option | None,
 ) -> bool:
     """Take lent GPUs back from running elastic jobs so that the blocked ``job`` starts after their notice."""
-    found = shrink(view, job, models, index, timeline, resized)
+    found = shrink(view, job, models, index, timeline, noticed, option[0] if option is not None else None)
     if found is None:
         return False
     notices, (host, model) = found

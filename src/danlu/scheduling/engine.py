@@ -131,7 +131,7 @@ class Engine:
     _deferred: dict[str, int] = field(default_factory=dict)  # job id -> off-peak wake time
     _freed: bool = False  # some allocation ended since the last round
     # a job moved twice -> until when it waits for its target, and its durations on every type
-    _pinned: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    _pinned: dict[str, tuple[int, JobRequest]] = field(default_factory=dict)
     # a resized elastic job -> until when it waits for its new count, and its request with every count
     _resized: dict[str, tuple[int, JobRequest]] = field(default_factory=dict)
     unplaceable: list[str] = field(default_factory=list)  # never submitted: no host can ever hold them
@@ -179,9 +179,14 @@ class Engine:
         for job_id in [j for j, (until, _) in self._pinned.items() if until <= now or j not in self._queue]:
             _, full = self._pinned.pop(job_id)  # started, or its target stayed taken: any type again
             if job_id in self._queue:
-                self._queue[job_id] = replace(self._queue[job_id], durations_ms=full)
-        for job_id in [j for j, (until, _) in self._resized.items() if until <= now and j in self._queue]:
-            self._queue[job_id] = self._resized.pop(job_id)[1]  # its new count stayed taken: any count again
+                self._queue[job_id] = full
+                self._resized.pop(job_id, None)
+        for job_id, (until, full) in list(self._resized.items()):
+            # started; or its new shape was taken meanwhile, or it waited PIN_MS for it: any count again
+            if job_id not in self._queue or until <= now or not self._fits(self._queue[job_id]):
+                del self._resized[job_id]
+                if job_id in self._queue:
+                    self._queue[job_id] = full
         deferred = self._deferred
         queue = tuple(r for r in self._queue.values() if r.id not in deferred)
         # with an empty queue a round only matters when GPUs freed up and running jobs may move
@@ -328,38 +333,55 @@ class Engine:
         status, state.reason = after_run(end)  # the live server's rule too (lifecycle.py)
         if status == QUEUED:
             state.status = status
-            durations = self._left(state, state.request.durations_ms)
+            req = state.request
+            whole = replace(
+                req,
+                durations_ms=self._left(state, req.durations_ms),
+                spread_durations_ms=self._left(state, req.spread_durations_ms),
+                counts_ms={k: self._left(state, d) for k, d in req.counts_ms.items()},
+                counts_spread_ms={k: self._left(state, d) for k, d in req.counts_spread_ms.items()},
+            )
+            queued = whole
             target, state.migrating_to = state.migrating_to, None
+            count, state.resizing_to = state.resizing_to, None
             room = max((self._free[h.id] for h in self.hosts if h.gpu_model == target), default=0)
-            if target is not None and target in durations and room >= state.request.gpus and state.migrations >= 2:
+            if target is not None and target in whole.durations_ms and room >= req.gpus and state.migrations >= 2:
                 # Moved a second time: it restarts on ``target``. Offered every type again, the
                 # cheapest-within-10 % choice can put it straight back where it came from, and the
                 # next round moves it again (51,925 migrations for 951 jobs on a real trace). The
                 # first move stays free to land elsewhere: pinning it too cost gavel48's closed
                 # batch 0.3 h of makespan (19.35 -> 19.65 h).
-                self._pinned[job_id] = (at_ms + PIN_MS, durations)
-                durations = {target: durations[target]}
-            req = state.request
-            queued = replace(
-                req,
-                durations_ms=durations,
-                spread_durations_ms=self._left(state, req.spread_durations_ms),
-                counts_ms={k: self._left(state, d) for k, d in req.counts_ms.items()},
-                counts_spread_ms={k: self._left(state, d) for k, d in req.counts_spread_ms.items()},
-            )
-            count, state.resizing_to = state.resizing_to, None
-            if count is not None and count in queued.counts_ms:
-                # resized: it restarts at its new count (and type, if it moves), for PIN_MS at most:
-                # offered every shape again, the next round could undo what this one decided
-                self._resized[job_id] = (at_ms + PIN_MS, queued)
-                shape = queued.counts_ms[count]
-                if target is not None and target in shape:
-                    shape = {target: shape[target]}
-                queued = replace(queued.at(count), durations_ms=shape, counts_ms={count: shape})
+                self._pinned[job_id] = (at_ms + PIN_MS, whole)
+                queued = _only_on(queued, target)
+            if count is not None and count in whole.counts_ms:
+                # Resized: it restarts at its new count (on ``target`` if it moves) while that shape fits
+                # (view): offered every count again, the next round could undo what this one decided.
+                self._resized[job_id] = (at_ms + PIN_MS, whole)
+                at_count = queued.at(count)
+                queued = replace(at_count, counts_ms={count: at_count.durations_ms})
+                if target is not None and target in queued.durations_ms:
+                    queued = _only_on(queued, target)
             self._queue[job_id] = queued
+            if count is not None and target is None and not alloc.parts and self._free[alloc.host_id] >= count:
+                # resized in place (it shrank, or grows where it is): its GPUs there are its own again
+                # at once, not left for a later round to hand to someone else
+                duration = queued.durations_ms.get(alloc.gpu_model)
+                if duration is not None:
+                    reason = f"resized to {count} GPUs in place"
+                    self._start(
+                        Start(job_id, alloc.host_id, alloc.gpu_model, count, req.plan, at_ms + duration, reason), at_ms
+                    )
         else:
             state.status = status
             state.end_ms = at_ms
+
+    def _fits(self, request: JobRequest) -> bool:
+        """Whether GPUs are free now for the job's gang on one of its models (or spread, if it may)."""
+        for model in request.durations_ms:
+            free = [self._free[h.id] for h in self.hosts if h.gpu_model == model]
+            if max(free, default=0) >= request.gpus or (request.spread_ok and sum(free) >= request.gpus):
+                return True
+        return False
 
     def _left(self, state: JobState, whole: Mapping[str, int]) -> dict[str, int]:
         """Run times from the job's progress: what is left of ``whole``, plus the restart overhead."""
@@ -393,7 +415,17 @@ class Engine:
         times = [t for t in (self.executor.next_event_ms(),) if t is not None]
         times += [a.stopping_at_ms for a in self.running.values() if a.stopping_at_ms is not None]
         times += self._deferred.values()
+        times += [until for until, _ in self._resized.values()]
         if self._queue and not times:
             return None
         later = [t for t in times if t > now]
         return min(later) if later else None
+
+
+def _only_on(request: JobRequest, model: str) -> JobRequest:
+    """The queued job offered ``model`` alone (its durations, and each count's, there only)."""
+    return replace(
+        request,
+        durations_ms={model: request.durations_ms[model]},
+        counts_ms={n: {model: d[model]} for n, d in request.counts_ms.items() if model in d},
+    )

@@ -79,6 +79,8 @@ class JobView:
     waiting_for: str | None = None  # ``after`` while it has not succeeded yet
     workspace_of: str | None = None  # runs in this rental's workspace (``--workspace``)
     workspace_busy: bool = False  # queued while that rental runs or another job is in its workspace
+    gpus_max: int | None = None  # an elastic job's largest count (``gpus`` is its smallest)
+    gpus_now: int | None = None  # GPUs of its current or last run
 
 
 def transition(s: Session, job: Job, to: str, reason: str, now_ms: int) -> None:
@@ -150,15 +152,28 @@ def _check_workspace(s: Session, user: User, instance_id: str) -> None:
 
 
 def _check_request(
-    command: list[str], gpus: int, env: dict[str, str] | None, priority: str, est_duration_s: int | None
+    command: list[str],
+    gpus: int,
+    env: dict[str, str] | None,
+    priority: str,
+    est_duration_s: int | None,
+    gpus_max: int | None = None,
 ) -> dict[str, str]:
-    """What a job asks for, on its own (no database): a command, a whole GPU count, valid variables (returned),
-    a known priority, a positive duration estimate."""
+    """What a job asks for, on its own (no database): a command, a whole GPU count (or a range), valid variables
+    (returned), a known priority, a positive duration estimate."""
     if not command or not all(isinstance(c, str) and c for c in command[:1]):
         raise InvalidInput("invalid_command", "give the command after `--`, e.g. danlu run --gpus 1 -- python train.py")
     check_command_args(command)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= 1024:
         raise InvalidInput("invalid_gpu_count", "--gpus must be a whole number of GPUs, from 1 to 1024")
+    if gpus_max is not None and (
+        isinstance(gpus_max, bool) or not isinstance(gpus_max, int) or not gpus < gpus_max <= 1024
+    ):
+        raise InvalidInput(
+            "invalid_gpu_count",
+            f"an elastic job's GPU range is MIN-MAX with {gpus} < MAX <= 1024, e.g. --gpus 2-8; for one count, "
+            "give just the number",
+        )
     env = validate_env(env)
     if priority not in PRIORITIES:
         raise InvalidInput("invalid_priority", f"--priority is one of {', '.join(PRIORITIES)}")
@@ -184,12 +199,14 @@ def submit(
     limits: RunLimits | None = None,
     after: str | None = None,
     workspace_of: str | None = None,
+    gpus_max: int | None = None,
 ) -> JobView:
     """Queue a job. Validates everything up front so a bad job never sits in the queue. ``after``: a job that
     must succeed first (:func:`_check_after`); ``workspace_of``: a rental of the caller's whose workspace its
-    runs use in place (:func:`_check_workspace`)."""
+    runs use in place (:func:`_check_workspace`); ``gpus_max``: an elastic job, run at ``gpus`` to ``gpus_max``
+    GPUs as the scheduler sees fit (danlu.scheduling.elastic), never below ``gpus``."""
     check_may_run(p, user)
-    env = _check_request(command, gpus, env, priority, est_duration_s)
+    env = _check_request(command, gpus, env, priority, est_duration_s, gpus_max)
     limits = limits or RunLimits(None, p.settings.idle_threshold_default_pm, None)
     types = [resolve_model(t).name for t in (gpu_types or [])]
     now = p.clock.now_ms()
@@ -237,6 +254,7 @@ def submit(
             max_duration_s=limits.max_duration_s,
             after_job_id=after,
             workspace_instance_id=workspace_of,
+            gpus_max=gpus_max,
         )
         s.add(job)
         s.add(JobEvent(job_id=job_id, from_status="", to_status=QUEUED, reason="submitted", at_ms=now))
@@ -288,6 +306,8 @@ def _view(
         waiting_for=waiting if job.status == QUEUED else None,
         workspace_of=job.workspace_instance_id,
         workspace_busy=job.id in busy,
+        gpus_max=job.gpus_max,
+        gpus_now=runs[-1].gpu_count if runs else None,
     )
 
 

@@ -75,6 +75,7 @@ def _queue(
     runs: dict[str, list[Run]],
     now: int,
     spans_hosts: bool = False,
+    largest_free: dict[str, int] | None = None,
 ) -> list[JobRequest]:
     """The queued jobs the core may place, in submission order: each with its time left on every model it
     can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
@@ -90,23 +91,43 @@ def _queue(
         if not durations:
             continue
         attained = _attained(runs.get(job.id, ()), durations, now)
+        counts = _elastic_counts(job, durations, attained)
+        pinned = counts.get(job.resize_to or 0, {})
+        if pinned and max(((largest_free or {}).get(m, 0) for m in pinned), default=0) >= (job.resize_to or 0):
+            counts = {job.resize_to or 0: pinned}  # resized: its next run takes the decided count while it fits
+        base = min(counts, default=job.gpus)
         queue.append(
             JobRequest(
                 id=job.id,
                 user=str(job.user_id),
-                gpus=job.gpus,
+                gpus=base,
                 submit_ms=job.submit_ms,
-                durations_ms=_left(durations, attained, job.gpus),
+                durations_ms=counts.get(base) or _left(durations, attained, job.gpus),
                 priority=job.priority,
                 interruptible=job.interruptible,
                 max_price_minor=job.max_price_minor,
                 deadline_ms=job.deadline_ms,
                 seq=job.seq,
                 attained_ms=attained,
-                spread_ok=spans_hosts and job.gpus > 1,  # a gang over several Slurm nodes
+                # a gang over several Slurm nodes (the core spreads only a gang of 2 GPUs or more)
+                spread_ok=spans_hosts and (job.gpus > 1 or bool(counts)),
+                counts_ms=counts,
             )
         )
     return queue
+
+
+def _elastic_counts(job: Job, durations: dict[str, int], attained: int) -> dict[int, dict[str, int]]:
+    """An elastic job's run time left at each count it may run at (its range's ends and the powers of two
+    between), from its ``--est-duration`` at its smallest count scaled linearly in GPUs (the same GPU-time
+    at every count: optimistic, and the only figure a live job gives), from its progress so far. Empty
+    for a job of one count."""
+    if job.gpus_max is None:
+        return {}
+    counts = {job.gpus, job.gpus_max} | {1 << k for k in range(11) if job.gpus < 1 << k < job.gpus_max}
+    return {
+        n: _left({m: max(1000, d * job.gpus // n) for m, d in durations.items()}, attained, n) for n in sorted(counts)
+    }
 
 
 def _waiting_for_their_after_job(s: Session) -> list[str]:
@@ -137,7 +158,10 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
         book_tariffs = current_tariffs(s, now)
         models_here = {h.gpu_model for h in hosts}
         runs = _runs(s)
-        queue = _queue(s, models_here, prices, default_ms, runs, now, p.backend.spans_hosts)
+        largest_free: dict[str, int] = {}
+        for h in hosts:
+            largest_free[h.gpu_model] = max(largest_free.get(h.gpu_model, 0), h.free_gpus)
+        queue = _queue(s, models_here, prices, default_ms, runs, now, p.backend.spans_hosts, largest_free)
         gangs = _gang_parts(s)
         running = []
         for job, inst, alloc in s.execute(
@@ -148,7 +172,12 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
         ).all():
             durations = _durations(job, models_here, prices, default_ms) or {inst.gpu_model: default_ms}
             attained = _attained(runs.get(job.id, ()), durations, now)
-            here = _left(durations, attained, job.gpus).get(inst.gpu_model, default_ms)
+            counts = _elastic_counts(job, durations, attained)
+            left = counts.get(inst.gpu_count) or _left(durations, attained, job.gpus)
+            here = left.get(inst.gpu_model, default_ms)
+            est_end = now + max(1000, here)
+            # an elastic job's counts as Allocation.counts_ms reads them: whole run times over its span so far
+            span = (est_end - alloc.started_at_ms) / max(1, est_end - now)
             running.append(
                 Allocation(
                     job_id=job.id,
@@ -157,13 +186,14 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
                     gpu_model=inst.gpu_model,
                     gpus=inst.gpu_count,
                     start_ms=alloc.started_at_ms,
-                    est_end_ms=now + max(1000, here),
+                    est_end_ms=est_end,
                     priority=job.priority,
                     interruptible=job.interruptible,
                     stopping_at_ms=job.notice_deadline_ms,
                     attained_ms=attained,
                     checkpoints=demote and _has_checkpoint(p, job.id),  # read only when it can matter
                     parts=gangs.get(alloc.id, ()),
+                    counts_ms={n: {m: round(d * span) for m, d in c.items()} for n, c in counts.items()},
                 )
             )
         rentals = _interruptible_rentals(s, now, default_ms)
@@ -176,6 +206,7 @@ def _view(p: Platform, demote: bool = False) -> tuple[ClusterView, dict[str, tup
         running=tuple(running),
         prices=PriceBook(cur, prices, book_tariffs),
         notice_ms=p.settings.preempt_notice_s * 1000,
+        resize_cooldown_ms=p.settings.resize_cooldown_s * 1000,
         quotas_gpus=quotas,
         usage=usage,
     )
@@ -352,12 +383,15 @@ class LiveShell:
         return jobsvc.settle_runs(self.p) + jobsvc.settle_dependencies(self.p)
 
     def view(self, now_ms: int) -> ClusterView | None:
+        """None (no round) unless a job is queued or an elastic one runs (it may grow into idle GPUs)."""
         with self.p.db.read() as s:
-            if s.execute(select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)).first() is None:
+            waiting = select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)
+            elastic = select(Job.id).where(Job.status == jobsvc.RUNNING, Job.gpus_max.is_not(None)).limit(1)
+            if s.execute(waiting).first() is None and s.execute(elastic).first() is None:
                 return None
         view, self.ids, self.rentals = _view(self.p, self.demotes)
         self.free = {h.id: h.free_gpus for h in view.hosts}
-        return view if view.queue else None
+        return view if view.queue or any(a.counts_ms for a in view.running) else None
 
     def start(self, d: Start, now_ms: int) -> bool:
         parts = d.parts
@@ -378,9 +412,11 @@ class LiveShell:
         return True
 
     def notice(self, d: Preempt, now_ms: int) -> bool:
-        preempt = preempt_rental if d.job_id in self.rentals else preempt_run
         try:
-            preempt(self.p, d.job_id, d.notice_deadline_ms, d.reason)
+            if d.job_id in self.rentals:
+                preempt_rental(self.p, d.job_id, d.notice_deadline_ms, d.reason)
+            else:
+                preempt_run(self.p, d.job_id, d.notice_deadline_ms, d.reason, resize_to=d.resize_to)
         except DanluError as exc:
             _note(self.p, d.job_id, f"waiting: {exc.message}")
             return False
@@ -447,11 +483,12 @@ def start_run(
         s.add(InstanceEvent(instance_id=inst.id, from_status="", to_status="pending", reason="job run", at_ms=now))
         job.attempts += 1
         job.current_instance_id = inst.id
+        job.resize_to = None
         if job.first_start_ms is None:
             job.first_start_ms = now
         where = f" over {len(parts)} hosts" if parts else ""
         jobsvc.transition(s, job, jobsvc.RUNNING, f"{reason} ({gpus}× {model}{where}, {plan})", now)
-        extra = {"DANLU_JOB_ID": job.id, "DANLU_ATTEMPT": str(job.attempts)}
+        extra = {"DANLU_JOB_ID": job.id, "DANLU_ATTEMPT": str(job.attempts), "DANLU_GPUS": str(gpus)}
         spec = build_spec(p, s, inst, alloc, log_key=job.id, checkpoints=jdir / "checkpoints", extra_env=extra)
         instance_id = inst.id
         begin_launch(p, instance_id)
@@ -470,8 +507,10 @@ def _workspace(s: Session, job: Job, jdir: Path) -> str:
     return rental.workspace
 
 
-def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None:
-    """Give a running job its notice: it must checkpoint and exit by ``deadline_ms``."""
+def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str, *, resize_to: int | None = None) -> None:
+    """Give a running job its notice: it must checkpoint and exit by ``deadline_ms``. ``resize_to``: an
+    elastic job stopped to resume at that GPU count (not counted as a preemption)."""
+    resize = resize_to is not None
     now = p.clock.now_ms()
     with p.db.write() as s:
         job = s.get(Job, job_id, with_for_update=True, populate_existing=True)
@@ -481,10 +520,12 @@ def preempt_run(p: Platform, job_id: str, deadline_ms: int, reason: str) -> None
         if inst is None or Status(inst.status) not in HAS_PROCESS:
             return
         deadline = notice_deadline(deadline_ms, now, p.settings.preempt_notice_s * 1000)  # never less notice
-        handle = begin_notice(p, s, inst, deadline, f"preempted: {reason}")
-        job.preemptions += 1
+        why = "resizing" if resize else "preempted"
+        handle = begin_notice(p, s, inst, deadline, f"{why}: {reason}")
+        job.preemptions += 0 if resize else 1
         job.notice_deadline_ms = deadline
-        jobsvc.transition(s, job, jobsvc.STOPPING, f"preempted: {reason}; notice until {iso(deadline)}", now)
+        job.resize_to = resize_to
+        jobsvc.transition(s, job, jobsvc.STOPPING, f"{why}: {reason}; notice until {iso(deadline)}", now)
     terminate_runs(p, [handle])
     log.info("preempted %s until %s", job_id, deadline_ms)
 

@@ -161,6 +161,8 @@ class ClusterView:
     # instead of NVLink/PCIe) when the job has no measured spread run time: a scenario's declared
     # assumption (docs/scheduling.md)
     spread_slowdown: float = 1.25
+    # an elastic job runs this long at one GPU count (since it last (re)started) before it is resized
+    resize_cooldown_ms: int = 30 * 60_000
 
 
 @dataclass(frozen=True, slots=True)

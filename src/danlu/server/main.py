@@ -68,6 +68,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         demotion = server_demotion(
             get_policy(opts.policy), opts.demote_after, opts.demote_slice
         )  # also: a typo in --policy
+        demotion.update(server_resizing(opts.resize_cooldown))
         idle = server_idle_limits(
             opts.sample_interval, opts.idle_stop_default, opts.idle_stop_max, opts.idle_threshold_default
         )
@@ -301,6 +302,16 @@ def server_demotion(policy: Policy, demote_after: str | None, demote_slice: str 
     if demote_slice is not None:
         out["demote_slice_s"] = parse_seconds(demote_slice, "invalid_demotion", "--demote-slice")
     return out
+
+
+def server_resizing(resize_cooldown: str | None) -> dict[str, Any]:
+    """How long an elastic job runs at one count before a resize (docs/scheduling.md, elastic jobs)."""
+    if resize_cooldown is None:
+        return {}
+    try:
+        return {"resize_cooldown_s": parse_seconds(resize_cooldown, "invalid_resize_cooldown", "--resize-cooldown")}
+    except InvalidInput as exc:  # (raised here by name, so the code's Chinese sentence is checked for)
+        raise InvalidInput("invalid_resize_cooldown", exc.message) from None
 
 
 def server_idle_limits(

@@ -34,6 +34,7 @@ class ServerOptions:
     preempt_notice: int = 60
     demote_after: str | None = None
     demote_slice: str | None = None
+    resize_cooldown: str | None = None
     no_sandbox: bool = False
     network: str | None = None
     cgroups: str = "auto"

@@ -44,6 +44,12 @@ LATEST_DEADLINE = datetime(3000, 1, 1, tzinfo=UTC)
 class JobIn(RunLimitsIn):
     command: Command
     gpus: GpuCount = 1
+    gpus_max: GpuCount | None = Field(
+        None,
+        description="An elastic job: it may run at `gpus` to `gpus_max` GPUs, the scheduler's choice each run (it "
+        "starts with what ends it soonest, grows into idle GPUs and gives GPUs back so waiting jobs start, each "
+        "time with the preemption notice; the run sees its count in DANLU_GPUS). Never below `gpus`",
+    )
     gpu_types: list[GpuModel] = Field(
         default_factory=list, max_length=16, description="Any of these models (at most 16; none: any priced model)"
     )
@@ -106,6 +112,8 @@ class JobOut(BaseModel):
     status_reason: str
     command: list[str]
     gpus: int
+    gpus_max: int | None = Field(None, description="An elastic job's largest count (`gpus` is its smallest)")
+    gpus_now: int | None = Field(None, description="GPUs of its current or last run")
     gpu_types: list[str]
     gpu_model: str | None
     interruptible: bool
@@ -140,6 +148,8 @@ class JobOut(BaseModel):
             status_reason=v.status_reason,
             command=v.command,
             gpus=v.gpus,
+            gpus_max=v.gpus_max,
+            gpus_now=v.gpus_now,
             gpu_types=v.gpu_types,
             gpu_model=v.gpu_model,
             interruptible=v.interruptible,
@@ -193,6 +203,7 @@ def submit(body: JobIn, p: PlatformDep, user: CurrentUser, request: Request) -> 
         limits=resolve_limits(p.settings, body.idle_stop, body.idle_threshold, body.max_duration, job=True),
         after=body.after,
         workspace_of=body.workspace,
+        gpus_max=body.gpus_max,
     )
     loop = getattr(request.app.state, "loop", None)
     if loop is not None:

@@ -157,6 +157,11 @@ class Job(Base):
     after_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     # Runs in this rental's own workspace, not one of its own (``danlu run --workspace ID``, migration 0028)
     workspace_instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    # An elastic job (``danlu run --gpus 2-8``, migration 0029): runs at ``gpus`` to ``gpus_max`` GPUs, the
+    # scheduler's choice each run (danlu.scheduling.elastic); None: always ``gpus``.
+    gpus_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the count a resize decided (its notice given): its next run takes it, if that fits then
+    resize_to: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class JobEvent(Base):
