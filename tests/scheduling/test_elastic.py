@@ -100,6 +100,9 @@ def test_a_waiting_shorter_job_takes_lent_gpus_back_but_a_longer_one_does_not() 
     assert [(d.job_id, d.resize_to, d.for_job_id) for d in shrink] == [("e", 4, "s")]  # just enough: 8 -> 4
     assert "shrinking from 8 to 4 GPUs so that job s can start" in shrink[0].reason
     assert any(isinstance(d, Defer) and d.job_id == "s" and d.until_ms == NOW + 60_000 for d in decisions)
+    # lent GPUs go back without waiting for the cooldown (that is for growing): a lender started a minute ago
+    fresh = running_elastic(8, NOW - 60_000, end_in=3 * H)
+    assert [d.resize_to for d in schedule(view(hosts, (short,), (fresh,)), DANLU) if isinstance(d, Preempt)] == [4]
     long = JobRequest("l", "w", 4, NOW, {"V100": 5 * H}, seq=1)  # it would still run after the lender ends
     assert not any(isinstance(d, Preempt) for d in schedule(view(hosts, (long,), (lender,)), DANLU))
 

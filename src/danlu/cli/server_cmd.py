@@ -75,7 +75,8 @@ def server(
     resize_cooldown: str = typer.Option(
         None,
         "--resize-cooldown",
-        help="The least an elastic job (`danlu run --gpus 2-8`) runs at one GPU count before it is resized (30m).",
+        help="The least an elastic job (`danlu run --gpus 2-8`) runs at one GPU count before it may grow (30m); "
+        "GPUs it borrowed go back to a waiting job sooner.",
     ),
     no_sandbox: bool = typer.Option(
         False, "--no-sandbox", help="Run renters' code unsandboxed, as this server's user: one trusted user only."

@@ -22,7 +22,8 @@ like every other (shortest work first for ``danlu``):
   than the waiting one (shortest remaining first: shrinking a job that ends sooner only delays both).
 
 A job runs ``ClusterView.resize_cooldown_ms`` (30 min; ``danlu server --resize-cooldown``) at a count
-before it may be resized again. Every resize is the same noticed stop, checkpoint and resume as a
+before it may grow again; lent GPUs go back without waiting for it (a waiting renter is owed them, and
+the shrink's own rules bound the cost). Every resize is the same noticed stop, checkpoint and resume as a
 preemption (counted apart, as ``resizes``), and the job restarts at the count decided while that
 fits (the engine at once where it keeps its GPUs; the live server at its next start, ``jobs.resize_to``).
 What a job held is billed second by second like any allocation. Interactive rentals are never
@@ -186,7 +187,7 @@ def shrink(
     shortest = min(job.durations_ms[m] for m in models)
     for alloc in view.running:
         lends = alloc.gpus > min(alloc.counts_ms, default=alloc.gpus) and not alloc.parts  # on one host
-        if lends and alloc.gpu_model in models and _resizable(view, alloc, taken):
+        if lends and alloc.gpu_model in models and _resizable(view, alloc, taken, cooldown=False):
             if not _yields(alloc, job, ready, shortest):
                 continue
             lenders.setdefault(alloc.host_id, []).append(alloc)
@@ -248,10 +249,12 @@ def _lent(alloc: Allocation) -> int:
     return alloc.gpus - min(alloc.counts_ms)
 
 
-def _resizable(view: ClusterView, alloc: Allocation, taken: set[str]) -> bool:
+def _resizable(view: ClusterView, alloc: Allocation, taken: set[str], *, cooldown: bool = True) -> bool:
+    """A running elastic job that may get a resize notice now: none yet this round, and (to grow) it has
+    run ``resize_cooldown_ms`` at its count. Lent GPUs go back without waiting for the cooldown."""
     return (
         bool(alloc.counts_ms)
         and alloc.stopping_at_ms is None
         and alloc.job_id not in taken
-        and view.now_ms - alloc.start_ms >= view.resize_cooldown_ms
+        and (not cooldown or view.now_ms - alloc.start_ms >= view.resize_cooldown_ms)
     )
