@@ -70,9 +70,9 @@ def schedule(view: ClusterView, policy: Policy) -> list[Decision]:
     allowed = _AllowedModels(view, index.models)
     quotas = view.quotas_gpus
     batch = closed if policy.choice == "balanced" else None
-    # elastic jobs (elastic.py): queued ones to size, running ones that may lend GPUs back
-    sizing = policy.order != "fifo" and any(job.counts_ms for job in view.queue)
-    lending = policy.order != "fifo" and elastic_running(view)
+    # elastic jobs (elastic.py): queued ones are sized (not under fifo), running ones may lend GPUs back
+    sizing = policy.order != "fifo"
+    lending = sizing and elastic_running(view)
     noticed = preemptor.taken if preemptor is not None else set()  # running jobs given notice this round: one each
     for job in _in_order(view.queue, keys):
         can_reserve = policy.backfill and blocked < policy.reservation_depth

@@ -186,10 +186,13 @@ def shrink(
     ready = view.now_ms + view.notice_ms
     shortest = min(job.durations_ms[m] for m in models)
     for alloc in view.running:
-        lends = alloc.gpus > min(alloc.counts_ms, default=alloc.gpus) and not alloc.parts  # on one host
-        if lends and alloc.gpu_model in models and _resizable(view, alloc, taken, cooldown=False):
-            if not _yields(alloc, job, ready, shortest):
-                continue
+        if (
+            _resizable(view, alloc, taken, cooldown=False)
+            and not alloc.parts  # on one host
+            and _lent(alloc) > 0
+            and alloc.gpu_model in models
+            and _yields(alloc, job, ready, shortest)
+        ):
             lenders.setdefault(alloc.host_id, []).append(alloc)
     for host in sorted(lenders, key=lambda h: (-sum(_lent(a) for a in lenders[h]), h)):
         model = index.model_of[host]
@@ -201,8 +204,7 @@ def shrink(
             if need <= 0:
                 break
             # the largest of its counts that gives back enough, else its minimum
-            low = max((c for c in alloc.counts_ms if c < alloc.gpus and alloc.gpus - c >= need), default=None)
-            low = min(alloc.counts_ms) if low is None else low
+            low = max((c for c in alloc.counts_ms if alloc.gpus - c >= need), default=min(alloc.counts_ms))
             chosen.append((alloc, low))
             need -= alloc.gpus - low
         if need > 0:

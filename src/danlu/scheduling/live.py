@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from danlu.accounts.payers import currency
@@ -74,11 +74,12 @@ def _queue(
     default_ms: int,
     runs: dict[str, list[Run]],
     now: int,
-    spans_hosts: bool = False,
-    largest_free: dict[str, int] | None = None,
+    spans_hosts: bool,
+    largest_free: dict[str, int],
 ) -> list[JobRequest]:
     """The queued jobs the core may place, in submission order: each with its time left on every model it
-    can run on here (from its progress so far, as simulated); a suspended renter's wait untouched."""
+    can run on here (from its progress so far, as simulated); a suspended renter's wait untouched.
+    ``largest_free``: each model's most free GPUs on one host (whether a resized job's count fits)."""
     queue = []
     suspended = set(s.scalars(select(User.id).where(User.suspended_reason.is_not(None))))
     waiting = set(_waiting_for_their_after_job(s)) | jobsvc.waiting_for_workspace(s)
@@ -92,9 +93,9 @@ def _queue(
             continue
         attained = _attained(runs.get(job.id, ()), durations, now)
         counts = _elastic_counts(job, durations, attained)
-        pinned = counts.get(job.resize_to or 0, {})
-        if pinned and max(((largest_free or {}).get(m, 0) for m in pinned), default=0) >= (job.resize_to or 0):
-            counts = {job.resize_to or 0: pinned}  # resized: its next run takes the decided count while it fits
+        pinned = job.resize_to
+        if pinned is not None and pinned in counts and any(largest_free.get(m, 0) >= pinned for m in counts[pinned]):
+            counts = {pinned: counts[pinned]}  # resized: its next run takes the decided count while it fits
         base = min(counts, default=job.gpus)
         queue.append(
             JobRequest(
@@ -385,9 +386,8 @@ class LiveShell:
     def view(self, now_ms: int) -> ClusterView | None:
         """None (no round) unless a job is queued or an elastic one runs (it may grow into idle GPUs)."""
         with self.p.db.read() as s:
-            waiting = select(Job.id).where(Job.status == jobsvc.QUEUED).limit(1)
-            elastic = select(Job.id).where(Job.status == jobsvc.RUNNING, Job.gpus_max.is_not(None)).limit(1)
-            if s.execute(waiting).first() is None and s.execute(elastic).first() is None:
+            elastic = and_(Job.status == jobsvc.RUNNING, Job.gpus_max.is_not(None))
+            if s.execute(select(Job.id).where(or_(Job.status == jobsvc.QUEUED, elastic)).limit(1)).first() is None:
                 return None
         view, self.ids, self.rentals = _view(self.p, self.demotes)
         self.free = {h.id: h.free_gpus for h in view.hosts}

@@ -68,7 +68,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         demotion = server_demotion(
             get_policy(opts.policy), opts.demote_after, opts.demote_slice
         )  # also: a typo in --policy
-        demotion.update(server_resizing(opts.resize_cooldown))
+        resizing = server_resizing(opts.resize_cooldown)
         idle = server_idle_limits(
             opts.sample_interval, opts.idle_stop_default, opts.idle_stop_max, opts.idle_threshold_default
         )
@@ -115,7 +115,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
         if dir_lock is not None:
             dir_lock.release()  # a set-up that failed leaves the data folder to the next try
         raise
-    settings = _settings(opts, data_dir, sandbox_dir, (uid_first, uid_count), {**demotion, **idle})
+    settings = _settings(opts, data_dir, sandbox_dir, (uid_first, uid_count), {**demotion, **resizing, **idle})
     platform = Platform(db=database, clock=clock, backend=backend, settings=settings, sandbox=sandbox)
     loop = ControlLoop(platform, dir_lock=dir_lock)
     app = create_app(platform, loop)
@@ -141,7 +141,7 @@ def run(opts: ServerOptions, echo: Callable[[str], None]) -> None:
 def _settings(
     opts: ServerOptions, data_dir: Path, sandbox_dir: Path, uids: tuple[int, int], checked: dict[str, Any]
 ) -> Settings:
-    """The platform's settings from the options (``checked``: the demotion and idle limits, parsed before)."""
+    """The platform's settings from the options (``checked``: the demotion, resizing and idle limits, parsed before)."""
     return Settings(
         data_dir=data_dir,
         stop_grace_s=opts.stop_grace,
